@@ -1,0 +1,93 @@
+"""Config validation: every bad input stops with one message naming the key."""
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from sdpocl.config import ConfigError, chains_for, expand_runs, load_config, stable_json, stage_settings, validate_config
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize("name", ["config.yaml", "smoke.yaml", "paper.yaml"])
+def test_shipped_configs_validate(name):
+    config = load_config(ROOT / "config" / name)
+    assert expand_runs(config)
+
+
+def test_defaults_are_filled(smoke_config):
+    config = validate_config(smoke_config)
+    assert config["train"]["weight_decay"] == 0.01
+    assert config["train"]["max_grad_norm"] == 1.0
+    assert config["seeds"] == [0]
+
+
+@pytest.mark.parametrize(
+    "mutate, key",
+    [
+        (lambda c: c["runs"].append({"method": "ppo"}), "runs[5].method"),
+        (lambda c: c.update(domains=["math", "biology"]), "domains[1]"),
+        (lambda c: c["runs"][1].update(alpha=1.5), "runs[1].alpha"),
+        (lambda c: c["runs"][1].update(alpha=-0.1), "runs[1].alpha"),
+        (lambda c: c["train"].update(lr="1e-5"), "train.lr"),
+        (lambda c: c["train"].update(prompts_per_step="eight"), "train.prompts_per_step"),
+        (lambda c: c["train"].update(colour="red"), "train"),
+        (lambda c: c["runs"][0].update(alpha=0.1), "runs[0].alpha"),
+        (lambda c: c["runs"][1].pop("alpha"), "runs[1].alpha"),
+        (lambda c: c["train"]["steps"].pop("code"), "train.steps"),
+        (lambda c: c.update(single_domain_runs=["nope"]), "single_domain_runs"),
+        (lambda c: c["runs"].append({"method": "sdpo", "alpha": 0.0}), "runs"),
+    ],
+)
+def test_bad_values_name_the_key(smoke_config, mutate, key):
+    mutate(smoke_config)
+    with pytest.raises(ConfigError) as err:
+        validate_config(smoke_config)
+    assert f"'{key}'" in str(err.value)
+
+
+def test_yaml_exponent_string_gets_a_hint(tmp_path):
+    text = (ROOT / "config" / "smoke.yaml").read_text().replace("lr: 1.0e-4", "lr: 1e-4")
+    assert "lr: 1e-4" in text
+    path = tmp_path / "c.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=r"train\.lr.*1\.0e-5"):
+        load_config(path)
+
+
+def test_grid_shape(smoke_config):
+    config = validate_config(smoke_config)
+    runs = expand_runs(config)
+    assert [r.name for r in runs] == [
+        "grpo_s0", "sdpo_a0_s0", "sdpo_a0.05_s0", "stable-sdpo_a0.05_s0", "sdpo-cot_a0_s0"]
+    assert [r.label for r in runs] == ["GRPO", "SDPO_0", "SDPO_5%", "StableSDPO", "SDPO_0^CoT"]
+    n_stages = sum(len(chains_for(config, r)) for r in runs)
+    assert n_stages == 5 * 4 + 2 * 3
+
+
+def test_seeds_are_an_axis(smoke_config):
+    smoke_config["seeds"] = [0, 1, 2]
+    config = validate_config(smoke_config)
+    names = [r.name for r in expand_runs(config)]
+    assert len(names) == 15 and "grpo_s2" in names
+
+
+def test_stage_settings_are_key_order_stable(smoke_config):
+    config = validate_config(smoke_config)
+    run = expand_runs(config)[1]
+    a = stable_json(stage_settings(config, run, ("math", "science")))
+    reordered = dict(reversed(list(smoke_config["train"].items())))
+    smoke_config["train"] = reordered
+    b = stable_json(stage_settings(validate_config(smoke_config), run, ("math", "science")))
+    assert a == b
+
+
+def test_stage_settings_change_only_for_the_edited_run(smoke_config):
+    config = validate_config(smoke_config)
+    before = {r.name: stable_json(stage_settings(config, r, ("math",))) for r in expand_runs(config)}
+    smoke_config["runs"][0]["lr"] = 3.0e-4
+    config = validate_config(smoke_config)
+    after = {r.name: stable_json(stage_settings(config, r, ("math",))) for r in expand_runs(config)}
+    changed = [name for name in before if before[name] != after[name]]
+    assert changed == ["grpo_s0"]

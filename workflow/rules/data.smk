@@ -1,0 +1,42 @@
+"""prepare-data and build-base (tiny preset)."""
+
+
+rule prepare_data:
+    output:
+        f"{RESULTS}/data/{{domain}}/{{split}}.jsonl",
+    params:
+        n=lambda wc: config["data"]["train_size" if wc.split == "train" else "test_size"],
+        seed=config["data"]["seed"],
+    log:
+        f"{RESULTS}/logs/prepare_data/{{domain}}_{{split}}.log",
+    conda:
+        "../../envs/sdpocl.yaml"
+    shell:
+        "sdpocl prepare-data --domain {wildcards.domain} --split {wildcards.split} "
+        "--n {params.n} --seed {params.seed} --out {output} > {log} 2>&1"
+
+
+rule build_base:
+    input:
+        test=expand(f"{RESULTS}/data/{{domain}}/test.jsonl", domain=config["domains"]),
+    output:
+        model=directory(f"{RESULTS}/base/model"),
+        report=f"{RESULTS}/base/report.json",
+    params:
+        settings=stable_json(
+            {
+                "base": config["base"],
+                "data": config["data"],
+                "max_completion_length": config["train"]["max_completion_length"],
+            }
+        ),
+    threads: max(1, workflow.cores)
+    log:
+        f"{RESULTS}/logs/build_base.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/build_base.tsv"
+    conda:
+        "../../envs/sdpocl.yaml"
+    shell:
+        "sdpocl build-base --settings {params.settings:q} --test-data {input.test} "
+        "--out {output.model} --report {output.report} --threads {threads} > {log} 2>&1"

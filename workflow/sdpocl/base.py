@@ -1,0 +1,129 @@
+"""build-base for the tiny preset: a BPE tokenizer and a small Qwen3 model warmed up by SFT.
+
+The warm-up mixes the four domains, and a share of the examples is in SDPO's re-prompt format
+(prompt + a correct demonstration -> answer): without it the re-prompted teacher is
+off-distribution and SDPO loses every success within a few steps (NOTES.md).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from . import domains
+
+EOS = "<|endoftext|>"
+
+
+def train_tokenizer(vocab_size: int, seed: int, out_dir: Path):
+    """Byte-level BPE trained on the synthetic corpus, wrapped as a transformers fast tokenizer."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=[EOS], show_progress=False)
+    corpus = list(domains.corpus(seed))
+    tok.train_from_iterator(corpus, trainer=trainer)
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=EOS, pad_token=EOS, model_max_length=1024)
+    fast.save_pretrained(out_dir)
+    return fast
+
+
+def init_model(tokenizer, cfg: dict, seed: int):
+    import torch
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    torch.manual_seed(seed)
+    mcfg = Qwen3Config(
+        vocab_size=len(tokenizer),
+        hidden_size=cfg["hidden_size"],
+        intermediate_size=cfg["intermediate_size"],
+        num_hidden_layers=cfg["num_layers"],
+        num_attention_heads=cfg["num_heads"],
+        num_key_value_heads=cfg["num_kv_heads"],
+        head_dim=cfg["hidden_size"] // cfg["num_heads"],
+        max_position_embeddings=1024,
+        tie_word_embeddings=True,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.eos_token_id,
+    )
+    return Qwen3ForCausalLM(mcfg)
+
+
+def build_base(cfg: dict, data_cfg: dict, out_dir: Path, threads: int = 2) -> dict:
+    """Train tokenizer, init and SFT-warm the model, save it to ``out_dir``; return a summary."""
+    import tempfile
+
+    import torch
+    from datasets import Dataset
+    from trl import SFTConfig, SFTTrainer
+
+    torch.set_num_threads(threads)
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    t0 = time.time()
+    tokenizer = train_tokenizer(cfg["vocab_size"], data_cfg["seed"], out_dir)
+    model = init_model(tokenizer, cfg, cfg["seed"])
+    n_params = sum(p.numel() for p in model.parameters())
+    print(f"[build-base] tokenizer: {len(tokenizer)} tokens; model: {n_params / 1e6:.2f}M parameters", flush=True)
+
+    summary = {"vocab_size": len(tokenizer), "n_params": n_params, "sft_steps": cfg["sft_steps"]}
+    if cfg["sft_steps"] > 0:
+        examples = [
+            {"prompt": ex["prompt"], "completion": ex["completion"]}
+            for ex in domains.sft_mixture(cfg["sft_examples"], cfg["seed"], cfg["reprompt_frac"])
+        ]
+        with tempfile.TemporaryDirectory() as tmp:
+            args = SFTConfig(
+                output_dir=tmp,
+                max_steps=cfg["sft_steps"],
+                per_device_train_batch_size=cfg["sft_batch_size"],
+                learning_rate=cfg["sft_lr"],
+                lr_scheduler_type="cosine",
+                warmup_steps=min(50, cfg["sft_steps"] // 10),
+                weight_decay=0.01,
+                logging_steps=max(1, cfg["sft_steps"] // 10),
+                save_strategy="no",
+                report_to=[],
+                use_cpu=not torch.cuda.is_available(),
+                bf16=False,
+                gradient_checkpointing=False,
+                max_length=384,
+                completion_only_loss=True,
+                seed=cfg["seed"],
+                disable_tqdm=True,
+                dataloader_num_workers=0,
+            )
+            trainer = SFTTrainer(
+                model=model,
+                args=args,
+                train_dataset=Dataset.from_list(examples),
+                processing_class=tokenizer,
+                callbacks=[_PrintLogs("build-base sft")],
+            )
+            trainer.train()
+            model = trainer.model
+            summary["sft_final_loss"] = trainer.state.log_history[-1].get("train_loss")
+    model.save_pretrained(out_dir, safe_serialization=True)
+    tokenizer.save_pretrained(out_dir)
+    summary["seconds"] = round(time.time() - t0, 1)
+    return summary
+
+
+class _PrintLogs:
+    """Minimal TrainerCallback printing each log line, so long steps show progress."""
+
+    def __new__(cls, tag: str):
+        from transformers import TrainerCallback
+
+        class PrintLogs(TrainerCallback):
+            def on_log(self, args, state, control, logs=None, **kwargs):
+                if logs:
+                    keep = {k: round(v, 4) if isinstance(v, float) else v for k, v in logs.items()}
+                    print(f"[{tag}] step {state.global_step}/{state.max_steps} {json.dumps(keep)}", flush=True)
+
+        return PrintLogs()

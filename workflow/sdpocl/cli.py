@@ -1,0 +1,135 @@
+"""Command-line interface: one subcommand per workflow rule.
+
+Rules call these; each also runs by hand, e.g.
+``sdpocl train-stage --config config/config.yaml --run grpo_s0 --chain math/science``.
+Heavy imports happen inside the subcommands so that ``sdpocl --help`` is instant.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+
+def _write_jsonl(path: Path, records: list[dict]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    with open(tmp, "w") as fh:
+        for r in records:
+            fh.write(json.dumps(r) + "\n")
+    tmp.replace(path)
+
+
+def cmd_prepare_data(a) -> None:
+    from .domains import generate
+
+    records = generate(a.domain, a.split, a.n, a.seed)
+    _write_jsonl(Path(a.out), records)
+    print(f"[prepare-data] {len(records)} {a.domain}/{a.split} records -> {a.out}")
+
+
+def cmd_build_base(a) -> None:
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from .base import build_base
+    from .sampling import domain_accuracy
+    from .train import load_jsonl
+
+    cfg = json.loads(a.settings)
+    summary = build_base(cfg["base"], cfg["data"], Path(a.out), threads=a.threads)
+    model = AutoModelForCausalLM.from_pretrained(a.out, dtype=torch.float32)
+    tok = AutoTokenizer.from_pretrained(a.out)
+    acc = {}
+    for path in a.test_data:
+        records = load_jsonl(path)[: cfg["base"]["eval_prompts"]]
+        domain = records[0]["domain"]
+        res = domain_accuracy(model, tok, records, domain, n=8,
+                              max_new_tokens=cfg["max_completion_length"].get(domain, 48), seed=cfg["base"]["seed"])
+        acc[domain] = res["acc"]
+        print(f"[build-base] base Acc@8 {domain}: {res['acc']:.3f}  e.g. {res['example']!r}", flush=True)
+    summary["acc_at_8"] = acc
+    Path(a.report).write_text(json.dumps(summary, indent=2))
+
+
+def _stage_settings_from_config(a) -> dict:
+    from .chain import parse_chain
+    from .config import load_config, run_by_name, stage_settings
+
+    config = load_config(a.config)
+    return stage_settings(config, run_by_name(config, a.run), parse_chain(a.chain))
+
+
+def cmd_train_stage(a) -> None:
+    from .train import train_stage
+
+    if a.settings:
+        settings = json.loads(a.settings)
+    elif a.config and a.run and a.chain:
+        settings = _stage_settings_from_config(a)
+    else:
+        raise SystemExit("train-stage needs --settings JSON, or --config, --run and --chain")
+    train_stage(settings, a.parent, a.data, a.out, a.state, threads=a.threads)
+
+
+def cmd_show_grid(a) -> None:
+    from .chain import chain_str
+    from .config import chains_for, expand_runs, load_config
+
+    config = load_config(a.config)
+    for run in expand_runs(config):
+        print(f"{run.name:28s} {run.label:14s} " + "  ".join(chain_str(c) for c in chains_for(config, run)))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="sdpocl", description=__doc__.split("\n")[0])
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    s = sub.add_parser("prepare-data", help="write one domain split of the tiny preset as JSONL")
+    s.add_argument("--domain", required=True)
+    s.add_argument("--split", required=True, choices=["train", "test"])
+    s.add_argument("--n", type=int, required=True)
+    s.add_argument("--seed", type=int, required=True)
+    s.add_argument("--out", required=True)
+    s.set_defaults(func=cmd_prepare_data)
+
+    s = sub.add_parser("build-base", help="train the tokenizer and SFT-warm the tiny base model; report Acc@8")
+    s.add_argument("--settings", required=True, help="JSON with base, data and max_completion_length")
+    s.add_argument("--test-data", nargs="+", required=True, help="test JSONL files, one per domain")
+    s.add_argument("--out", required=True, help="model directory")
+    s.add_argument("--report", required=True, help="JSON report with the base accuracy per domain")
+    s.add_argument("--threads", type=int, default=2)
+    s.set_defaults(func=cmd_build_base)
+
+    s = sub.add_parser("train-stage", help="train one stage of one run from its parent checkpoint")
+    s.add_argument("--settings", help="stage settings JSON (as the workflow passes them)")
+    s.add_argument("--config", help="config YAML (by hand, with --run and --chain)")
+    s.add_argument("--run")
+    s.add_argument("--chain")
+    s.add_argument("--parent", required=True, help="model directory the stage starts from")
+    s.add_argument("--data", required=True, help="training JSONL")
+    s.add_argument("--out", required=True, help="stage directory")
+    s.add_argument("--state", required=True, help="resume-state directory (outside the declared outputs)")
+    s.add_argument("--threads", type=int, default=1)
+    s.set_defaults(func=cmd_train_stage)
+
+    s = sub.add_parser("show-grid", help="list the runs and chains a config expands to")
+    s.add_argument("--config", required=True)
+    s.set_defaults(func=cmd_show_grid)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        args.func(args)
+    except (ValueError, FileNotFoundError) as exc:
+        print(f"sdpocl {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,202 @@
+"""Config loading, validation and grid expansion.
+
+The config is validated against ``workflow/schemas/config.schema.yaml`` (defaults filled in) and
+then against the method registry, so that a bad key stops the workflow with one message that
+names the key, before any job is scheduled.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .methods import METHODS, RunSpec, default_run_name, get_method, stable_sdpo_period
+
+SCHEMA_PATH = Path(__file__).resolve().parents[1] / "schemas" / "config.schema.yaml"
+
+
+class ConfigError(ValueError):
+    """A config value is invalid; the message names the key."""
+
+
+def _key_path(path) -> str:
+    out = ""
+    for part in path:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "<top level>"
+
+
+def _fill_defaults(validator_cls):
+    """A jsonschema validator class that also writes schema defaults into the instance."""
+    from jsonschema import validators
+
+    validate_properties = validator_cls.VALIDATORS["properties"]
+
+    def set_defaults(validator, properties, instance, schema):
+        if isinstance(instance, dict):
+            for prop, sub in properties.items():
+                if "default" in sub and prop not in instance:
+                    instance[prop] = copy.deepcopy(sub["default"])
+        yield from validate_properties(validator, properties, instance, schema)
+
+    return validators.extend(validator_cls, {"properties": set_defaults})
+
+
+def load_schema() -> dict:
+    return yaml.safe_load(SCHEMA_PATH.read_text())
+
+
+def validate_config(config: dict) -> dict:
+    """Validate ``config`` in place (filling defaults) and return it; raise ConfigError naming the key."""
+    from jsonschema import Draft202012Validator
+
+    schema = load_schema()
+    # Sub-objects with only defaulted keys may be missing entirely: create them so defaults apply.
+    for key in ("base", "data"):
+        config.setdefault(key, {})
+    validator = _fill_defaults(Draft202012Validator)(schema)
+    errors = sorted(validator.iter_errors(config), key=lambda e: (len(e.absolute_path), list(map(str, e.path))))
+    if errors:
+        err = errors[0]
+        where = _key_path(err.absolute_path)
+        msg = f"config error at '{where}': {err.message}"
+        if isinstance(err.instance, str) and err.validator == "type":
+            try:
+                float(err.instance)
+                msg += " (YAML reads a number like 1e-5 as a string; write 1.0e-5)"
+            except ValueError:
+                pass
+        if len(errors) > 1:
+            msg += f" (and {len(errors) - 1} more error(s))"
+        raise ConfigError(msg)
+    _check_semantics(config)
+    return config
+
+
+def _check_semantics(config: dict) -> None:
+    missing = [d for d in config["domains"] if d not in config["train"]["steps"]]
+    if missing:
+        raise ConfigError(f"config error at 'train.steps': no step count for domain(s) {', '.join(missing)}")
+    for i, run in enumerate(config["runs"]):
+        where = f"runs[{i}]"
+        if run["method"] not in METHODS:
+            raise ConfigError(
+                f"config error at '{where}.method': unknown method {run['method']!r}; "
+                f"known methods: {', '.join(sorted(METHODS))}"
+            )
+        method = get_method(run["method"])
+        if method.needs_alpha and "alpha" not in run:
+            raise ConfigError(f"config error at '{where}.alpha': method {run['method']!r} needs an alpha")
+        if not method.needs_alpha and "alpha" in run:
+            raise ConfigError(f"config error at '{where}.alpha': method {run['method']!r} takes no alpha")
+        if method.family != "sdpo":
+            for knob in ("cot", "mask_prob", "sync_steps"):
+                if knob in run:
+                    raise ConfigError(f"config error at '{where}.{knob}': only SDPO-family methods take {knob!r}")
+        if run["method"] == "stable_sdpo":
+            try:
+                stable_sdpo_period(run.get("alpha", 0.0), run.get("sync_steps"))
+            except ValueError as exc:
+                raise ConfigError(f"config error at '{where}.alpha': {exc}") from None
+    names = [r.name for r in expand_runs(config)]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise ConfigError(f"config error at 'runs': duplicate run name(s) {', '.join(dupes)}; set 'name' to tell them apart")
+    unknown = sorted(set(config.get("single_domain_runs", [])) - {_base_name(r) for r in config["runs"]})
+    if unknown:
+        raise ConfigError(f"config error at 'single_domain_runs': unknown run(s) {', '.join(unknown)}")
+
+
+def load_config(path: str | Path) -> dict:
+    """Read a YAML config file and validate it."""
+    with open(path) as fh:
+        config = yaml.safe_load(fh) or {}
+    return validate_config(config)
+
+
+def _spec(entry: dict, seed: int) -> RunSpec:
+    return RunSpec(
+        name="",
+        method=entry["method"],
+        seed=seed,
+        alpha=entry.get("alpha"),
+        sync_steps=entry.get("sync_steps"),
+        cot=bool(entry.get("cot", False)),
+        mask_prob=float(entry.get("mask_prob", 0.0)),
+        lr=entry.get("lr"),
+        temperature=entry.get("temperature"),
+    )
+
+
+def _base_name(entry: dict) -> str:
+    return entry.get("name") or default_run_name(_spec(entry, 0))
+
+
+def expand_runs(config: dict) -> list[RunSpec]:
+    """All runs of the grid: every run entry crossed with every seed."""
+    runs = []
+    for entry in config["runs"]:
+        for seed in config.get("seeds", [0]):
+            spec = _spec(entry, seed)
+            label = entry.get("label") or get_method(spec.method).default_label(spec)
+            runs.append(
+                RunSpec(**{**spec.to_dict(), "name": f"{_base_name(entry)}_s{seed}", "label": label})
+            )
+    return runs
+
+
+def run_by_name(config: dict, name: str) -> RunSpec:
+    for run in expand_runs(config):
+        if run.name == name:
+            return run
+    raise KeyError(f"no run named {name!r} in the config")
+
+
+def chains_for(config: dict, run: RunSpec) -> list[tuple[str, ...]]:
+    """Chains (tuples of domains) a run trains: every prefix of the sequence, plus single domains if asked."""
+    domains = tuple(config["domains"])
+    chains = [domains[: i + 1] for i in range(len(domains))]
+    base = run.name.rsplit("_s", 1)[0]
+    if base in config.get("single_domain_runs", []):
+        chains += [(d,) for d in domains[1:]]
+    return chains
+
+
+def stage_settings(config: dict, run: RunSpec, chain: tuple[str, ...]) -> dict:
+    """Everything that determines a stage's result (and nothing else), for params tracking and the trainer."""
+    from .methods import get_method
+
+    domain = chain[-1]
+    train = config["train"]
+    method = get_method(run.method)
+    return {
+        "run": run.to_dict(),
+        "chain": list(chain),
+        "domain": domain,
+        "method_settings": method.settings(run),
+        "family": method.family,
+        "steps": train["steps"][domain],
+        "save_every": train["save_every"],
+        "prompts_per_step": train["prompts_per_step"],
+        "num_generations": train["num_generations"],
+        "max_completion_length": train["max_completion_length"].get(domain, 48),
+        "max_prompt_length": train["max_prompt_length"],
+        "temperature": run.temperature if run.temperature is not None else train["temperature"],
+        "lr": run.lr if run.lr is not None else train["lr"],
+        "weight_decay": train["weight_decay"],
+        "max_grad_norm": train["max_grad_norm"],
+        "warmup_steps": train["warmup_steps"],
+        "code_timeout_s": train["code_timeout_s"],
+        "collapse_patience": train["collapse_patience"],
+        "stop_on_collapse": train["stop_on_collapse"],
+        "seed": run.seed,
+    }
+
+
+def stable_json(obj: Any) -> str:
+    """Serialise with sorted keys so that key order in the YAML never triggers a rerun."""
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"))

@@ -1,0 +1,317 @@
+"""train-stage: one stage of one run, through TRL, with resume, checkpoints and a per-step log.
+
+Layout written for a stage directory ``<stage>/`` (declared outputs):
+  model/                 final weights (safetensors) + tokenizer
+  checkpoints/step-N/    intermediate weights every ``save_every`` steps (for drift and eval)
+  train_log.jsonl        one line per step: reward, loss, distilled-token fraction, length, \\boxed count
+  summary.json           steps done, collapse status, reward in the first / last fifth, wall time
+  resolved_config.json   every trainer setting actually used
+Resume state (full trainer checkpoints) lives in ``state/`` outside the declared outputs, because
+Snakemake deletes declared outputs before a rerun; a checkpoint counts only once it is complete.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import shutil
+import time
+from pathlib import Path
+
+from .config import stable_json
+
+COMPLETE = "COMPLETE"  # marker written last into a resume checkpoint
+
+
+def load_jsonl(path: str | Path) -> list[dict]:
+    with open(path) as fh:
+        return [json.loads(line) for line in fh if line.strip()]
+
+
+def fingerprint(settings: dict, parent: str) -> str:
+    return hashlib.sha256((stable_json(settings) + "|" + str(parent)).encode()).hexdigest()[:16]
+
+
+def trainer_kwargs(settings: dict, output_dir: str, use_cpu: bool) -> dict:
+    """Map a stage's settings onto TRL config fields (shared by GRPO and SDPO)."""
+    per_step = settings["prompts_per_step"] * settings["num_generations"]
+    return dict(
+        output_dir=output_dir,
+        max_steps=settings["steps"],
+        per_device_train_batch_size=per_step,
+        gradient_accumulation_steps=1,
+        num_generations=settings["num_generations"],
+        max_completion_length=settings["max_completion_length"],
+        temperature=settings["temperature"],
+        top_p=1.0,
+        top_k=0,
+        learning_rate=settings["lr"],
+        weight_decay=settings["weight_decay"],
+        max_grad_norm=settings["max_grad_norm"],
+        warmup_steps=settings["warmup_steps"],
+        lr_scheduler_type="constant_with_warmup",
+        optim="adamw_torch",
+        num_iterations=1,
+        save_strategy="steps",
+        save_steps=settings["save_every"],
+        save_only_model=False,
+        logging_steps=1,
+        report_to=[],
+        seed=settings["seed"],
+        data_seed=settings["seed"],
+        use_cpu=use_cpu,
+        bf16=not use_cpu,
+        gradient_checkpointing=False,
+        disable_tqdm=True,
+        dataloader_num_workers=0,
+        reward_weights=[1.0, 0.0],  # the second function only logs the \boxed count
+        log_completions=False,
+    )
+
+
+def boxed_count(completions, **kwargs) -> list[float]:
+    """Zero-weight 'reward' so TRL logs the mean \\boxed count per completion each step."""
+    from .rewards import boxed_count as count
+
+    return [float(count(_text(c))) for c in completions]
+
+
+def _text(completion) -> str:
+    if isinstance(completion, list):
+        return completion[-1]["content"] if completion else ""
+    return completion
+
+
+def _callbacks(tag: str, patience: int, stop_on_collapse: bool, teacher_getter):
+    """Progress printing, NaN/collapse detection and teacher-state saving for resume."""
+    import torch
+    from safetensors.torch import save_file
+    from transformers import TrainerCallback
+
+    class Progress(TrainerCallback):
+        def __init__(self):
+            self.t0 = time.time()
+            self.t_last = self.t0
+            self.zero_run = 0
+            self.collapsed_at = None
+
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            if not logs or "loss" not in logs:
+                return
+            now = time.time()
+            reward = logs.get("reward", float("nan"))
+            loss = logs.get("loss", float("nan"))
+            print(
+                f"[{tag}] step {state.global_step}/{state.max_steps} reward {reward:.3f} loss {loss:.4f} "
+                f"len {logs.get('completions/mean_length', float('nan')):.1f} ({now - self.t_last:.2f}s)",
+                flush=True,
+            )
+            self.t_last = now
+            if not math.isfinite(loss):
+                print(f"[{tag}] non-finite loss at step {state.global_step}: stopping this stage", flush=True)
+                control.should_training_stop = True
+            self.zero_run = self.zero_run + 1 if reward == 0 else 0
+            if self.zero_run >= patience and stop_on_collapse:
+                control.should_training_stop = True
+
+    class TeacherState(TrainerCallback):
+        """Save the EMA teacher into each checkpoint, then mark the checkpoint complete."""
+
+        def on_save(self, args, state, control, **kwargs):
+            ckpt = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+            teacher = teacher_getter()
+            if teacher is not None:
+                sd = {k: v.detach().cpu().contiguous() for k, v in teacher.state_dict().items()}
+                save_file(sd, str(ckpt / "teacher.safetensors"))
+            (ckpt / COMPLETE).write_text(str(state.global_step))
+
+    return [Progress(), TeacherState()]
+
+
+def last_complete_checkpoint(state_dir: Path) -> Path | None:
+    ckpts = [p for p in state_dir.glob("checkpoint-*") if (p / COMPLETE).exists()]
+    return max(ckpts, key=lambda p: int(p.name.split("-")[1]), default=None)
+
+
+def summarize(log: list[dict], steps_planned: int, patience: int) -> dict:
+    """Stage summary from the per-step log: collapse status and reward in the first / last fifth."""
+    rewards = [r["reward"] for r in log if "reward" in r]
+    losses = [r["loss"] for r in log if "loss" in r]
+    out = {"steps_planned": steps_planned, "steps_done": len(log), "collapsed": False, "collapse_step": None,
+           "collapse_reason": None}
+    nan_at = next((r["step"] for r in log if not math.isfinite(r.get("loss", 0.0))), None)
+    if nan_at is not None:
+        out.update(collapsed=True, collapse_step=nan_at, collapse_reason="non-finite loss")
+    else:
+        run = 0
+        for r in log:
+            run = run + 1 if r.get("reward", 1.0) == 0 else 0
+            if run >= patience:
+                out.update(collapsed=True, collapse_step=r["step"], collapse_reason=f"reward 0 for {patience} steps")
+                break
+    if rewards:
+        k = max(1, len(rewards) // 5)
+        out["reward_first_fifth"] = sum(rewards[:k]) / k
+        out["reward_last_fifth"] = sum(rewards[-k:]) / k
+    if losses:
+        out["loss_last"] = losses[-1]
+    return out
+
+
+LOG_KEYS = {
+    "reward": "reward",
+    "loss": "loss",
+    "completions/mean_length": "completion_length",
+    "completions/clipped_ratio": "truncated_fraction",
+    "rewards/boxed_count/mean": "boxed_per_completion",
+    "distill_token_fraction": "distill_token_fraction",
+    "self_distillation/reprompt_sample_fraction": "distill_sample_fraction",
+    "self_distillation/success_group_fraction": "success_group_fraction",
+    "self_distillation/distillation_loss": "distillation_loss",
+    "learning_rate": "lr",
+    "grad_norm": "grad_norm",
+}
+
+
+def step_log(log_history: list[dict]) -> list[dict]:
+    """Per-step rows (named for the paper's diagnostics) from the trainer's log history."""
+    rows = []
+    for entry in log_history:
+        if "loss" not in entry or "step" not in entry:
+            continue
+        row = {"step": entry["step"]}
+        for src, dst in LOG_KEYS.items():
+            if src in entry:
+                row[dst] = entry[src]
+        rows.append(row)
+    return rows
+
+
+def train_stage(settings: dict, parent: str | Path, data: str | Path, out_dir: str | Path, state_dir: str | Path,
+                threads: int = 1) -> dict:
+    """Train one stage from ``parent`` (a model directory) on ``data``; write the stage outputs."""
+    import torch
+    from datasets import Dataset
+    from transformers import AutoTokenizer
+
+    from .methods import get_method
+    from .rewards import reward_for
+    from .trainers import FAMILIES
+
+    torch.set_num_threads(threads)
+    out_dir, state_dir, parent = Path(out_dir), Path(state_dir), Path(parent)
+    if not (parent / "config.json").exists():
+        raise FileNotFoundError(f"parent model {parent} has no config.json: its stage did not finish")
+    tag = f"{settings['run']['name']} {'/'.join(settings['chain'])}"
+    t0 = time.time()
+
+    # Resume state is valid only for exactly these settings and this parent.
+    fp = fingerprint(settings, parent.resolve())
+    fp_file = state_dir / "fingerprint"
+    if state_dir.exists() and (not fp_file.exists() or fp_file.read_text() != fp):
+        print(f"[{tag}] discarding stale resume state in {state_dir}", flush=True)
+        shutil.rmtree(state_dir)
+    state_dir.mkdir(parents=True, exist_ok=True)
+    fp_file.write_text(fp)
+    resume = last_complete_checkpoint(state_dir)
+
+    records = load_jsonl(data)
+    if not records:
+        raise ValueError(f"training data {data} is empty")
+    columns = {"prompt": [r["prompt"] for r in records], "answer": [r.get("answer", "") for r in records],
+               "tests": [json.dumps(r.get("tests", [])) for r in records]}
+    dataset = Dataset.from_dict(columns)
+
+    use_cpu = not torch.cuda.is_available()
+    config_cls, trainer_cls = FAMILIES[settings["family"]]
+    method = get_method(settings["run"]["method"])
+    kwargs = {**trainer_kwargs(settings, str(state_dir), use_cpu), **settings["method_settings"]}
+    if settings["family"] == "sdpo":
+        kwargs["max_prompt_length"] = settings["max_prompt_length"]
+        kwargs["max_reprompt_len"] = settings["max_prompt_length"] * 2
+    kwargs["model_init_kwargs"] = {"dtype": "float32" if use_cpu else "bfloat16"}
+    args = config_cls(**kwargs)
+
+    tokenizer = AutoTokenizer.from_pretrained(parent)
+    reward = reward_for(settings["domain"])
+    if settings["domain"] == "code":
+        import functools
+
+        reward = functools.wraps(reward)(functools.partial(reward, timeout_s=settings["code_timeout_s"]))
+    trainer_ref = {}
+    callbacks = _callbacks(tag, settings["collapse_patience"], settings["stop_on_collapse"],
+                           lambda: getattr(trainer_ref.get("t"), "teacher_model", None)
+                           if settings["method_settings"].get("teacher_model_kind") == "ema" else None)
+    trainer = trainer_cls(model=str(parent), reward_funcs=[reward, boxed_count], args=args, train_dataset=dataset,
+                          processing_class=tokenizer, callbacks=callbacks)
+    trainer_ref["t"] = trainer
+    if resume is not None:
+        print(f"[{tag}] resuming from {resume.name}", flush=True)
+        teacher_file = resume / "teacher.safetensors"
+        if teacher_file.exists() and getattr(trainer, "teacher_model", None) is not None:
+            from safetensors.torch import load_file
+
+            trainer.teacher_model.load_state_dict(load_file(str(teacher_file)))
+    print(f"[{tag}] {method.name} ({settings['family']}): {settings['steps']} steps x "
+          f"{settings['prompts_per_step']} prompts x {settings['num_generations']} samples", flush=True)
+    trainer.train(resume_from_checkpoint=str(resume) if resume else None)
+
+    # --- declared outputs ---
+    out_dir.mkdir(parents=True, exist_ok=True)
+    model = trainer.model
+    finite = all(torch.isfinite(p).all() for p in model.parameters())
+    model.save_pretrained(out_dir / "model", safe_serialization=True)
+    tokenizer.save_pretrained(out_dir / "model")
+    ckpt_root = out_dir / "checkpoints"
+    for ckpt in sorted(state_dir.glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1])):
+        if not (ckpt / COMPLETE).exists():
+            continue
+        dst = ckpt_root / f"step-{ckpt.name.split('-')[1]}"
+        dst.mkdir(parents=True, exist_ok=True)
+        for name in ("model.safetensors", "config.json", "generation_config.json"):
+            if (ckpt / name).exists():
+                shutil.copy2(ckpt / name, dst / name)
+        tokenizer.save_pretrained(dst)
+    ckpt_root.mkdir(exist_ok=True)
+
+    log = step_log(trainer.state.log_history)
+    with open(out_dir / "train_log.jsonl", "w") as fh:
+        for row in log:
+            fh.write(json.dumps(row) + "\n")
+    summary = summarize(log, settings["steps"], settings["collapse_patience"])
+    summary.update(finite_weights=bool(finite), seconds=round(time.time() - t0, 2), resumed_from=resume.name if resume else None,
+                   seconds_per_step=round(trainer.state.log_history[-1].get("train_runtime", 0.0) / max(1, len(log)), 4))
+    (out_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+    resolved = {
+        "method": method.name,
+        "family": settings["family"],
+        "trainer": f"{trainer_cls.__module__}.{trainer_cls.__name__}",
+        "stage_settings": settings,
+        "parent_model": str(parent),
+        "train_data": str(data),
+        "trainer_config": json.loads(args.to_json_string()),
+        "versions": _versions(),
+    }
+    (out_dir / "resolved_config.json").write_text(json.dumps(resolved, indent=2, sort_keys=True, default=str))
+    if summary["collapsed"]:
+        print(f"[{tag}] stage recorded as COLLAPSED at step {summary['collapse_step']}: {summary['collapse_reason']}",
+              flush=True)
+    print(f"[{tag}] done in {summary['seconds']}s; reward first/last fifth "
+          f"{summary.get('reward_first_fifth', float('nan')):.3f} -> {summary.get('reward_last_fifth', float('nan')):.3f}",
+          flush=True)
+    shutil.rmtree(state_dir, ignore_errors=True)  # resume state is no longer needed
+    return summary
+
+
+def _versions() -> dict:
+    import importlib.metadata as md
+
+    out = {}
+    for pkg in ("sdpocl", "torch", "transformers", "trl"):
+        try:
+            out[pkg] = md.version(pkg)
+        except md.PackageNotFoundError:
+            out[pkg] = None
+    return out
