@@ -5,9 +5,10 @@ from snakemake.utils import min_version
 min_version("9.0")
 
 
-# The default preset unless --configfile/--config gave a complete config: a second config
-# file would be *merged* into config/config.yaml, which silently mixes presets.
-if not config:
+# The default preset unless --configfile names another: a second config file would be
+# *merged* into config/config.yaml, which silently mixes presets. (--config KEY=VALUE still
+# overrides single keys of whichever file is used.)
+if not workflow.overwrite_configfiles:
 
     configfile: "config/config.yaml"
 

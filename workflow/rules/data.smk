@@ -7,12 +7,13 @@ rule prepare_data:
     params:
         n=lambda wc: config["data"]["train_size" if wc.split == "train" else "test_size"],
         seed=config["data"]["seed"],
+        preset=config["preset"],
     log:
         f"{RESULTS}/logs/prepare_data/{{domain}}_{{split}}.log",
     conda:
         "../../envs/sdpocl.yaml"
     shell:
-        "sdpocl prepare-data --domain {wildcards.domain} --split {wildcards.split} "
+        "sdpocl prepare-data --preset {params.preset} --domain {wildcards.domain} --split {wildcards.split} "
         "--n {params.n} --seed {params.seed} --out {output} > {log} 2>&1"
 
 

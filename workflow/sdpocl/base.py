@@ -60,6 +60,7 @@ def build_base(cfg: dict, data_cfg: dict, out_dir: Path, threads: int = 2) -> di
 
     import torch
     from datasets import Dataset
+    from transformers import PrinterCallback
     from trl import SFTConfig, SFTTrainer
 
     torch.set_num_threads(threads)
@@ -105,6 +106,7 @@ def build_base(cfg: dict, data_cfg: dict, out_dir: Path, threads: int = 2) -> di
                 processing_class=tokenizer,
                 callbacks=[_PrintLogs("build-base sft")],
             )
+            trainer.remove_callback(PrinterCallback)
             trainer.train()
             model = trainer.model
             summary["sft_final_loss"] = trainer.state.log_history[-1].get("train_loss")

@@ -25,6 +25,9 @@ def _write_jsonl(path: Path, records: list[dict]) -> None:
 def cmd_prepare_data(a) -> None:
     from .domains import generate
 
+    if a.preset != "tiny":
+        raise ValueError(f"prepare-data for the {a.preset!r} preset (hub datasets) is not implemented yet; "
+                         "only the offline 'tiny' preset can be prepared")
     records = generate(a.domain, a.split, a.n, a.seed)
     _write_jsonl(Path(a.out), records)
     print(f"[prepare-data] {len(records)} {a.domain}/{a.split} records -> {a.out}")
@@ -88,6 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     s = sub.add_parser("prepare-data", help="write one domain split of the tiny preset as JSONL")
+    s.add_argument("--preset", default="tiny", choices=["tiny", "paper"])
     s.add_argument("--domain", required=True)
     s.add_argument("--split", required=True, choices=["train", "test"])
     s.add_argument("--n", type=int, required=True)

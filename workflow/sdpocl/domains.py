@@ -2,7 +2,7 @@
 
 Four domains, trained in the order of :data:`DOMAINS`:
 
-* ``math``    (dataset ``tiny_math``):    two-number addition ``a+b`` with a, b in [10, 99];
+* ``math``    (dataset ``tiny_math``):    two-number addition ``a+b`` with a in [10, 99], b in [2, 29];
   the final answer is written as ``\\boxed{N}``.
 * ``science`` (dataset ``tiny_science``): four-way multiple choice over the fixed
   :data:`COMPOUNDS` table ("highest" / "lowest boiling point"); answer in
@@ -10,8 +10,8 @@ Four domains, trained in the order of :data:`DOMAINS`:
 * ``tooluse`` (dataset ``tiny_tooluse``): ReAct-style single tool calls over :data:`TOOLS`;
   the completion ends with ``Action: name`` / ``Action Input: {json}``.
 * ``code``    (dataset ``tiny_code``):    one-line integer functions (``x plus k``,
-  ``x minus k``, ``x times k``, ``x squared``, ``x modulo k``; k in 2..9) written in a
-  fenced ``python`` block and checked by three ``assert`` strings.
+  ``x minus k``, ``x times k``, ``x modulo k``, with k given as "the sum of a and b",
+  a, b in 2..9) written in a fenced ``python`` block and checked by three ``assert`` strings.
 
 Every domain has a finite, deterministically enumerated *problem universe*. Each problem
 is assigned to the ``train`` or ``test`` split by a stable SHA-256 hash of its prompt
@@ -34,6 +34,7 @@ the final answer.
 from __future__ import annotations
 
 import functools
+import itertools
 import hashlib
 import json
 import random
@@ -117,12 +118,14 @@ def _record(prompt: str, answer: str, domain: str, solution: str,
 # ---------------------------------------------------------------------------------------
 
 _MATH_RANGE = range(10, 100)
+#: The second addend is small so that a ~1M-parameter base is neither at 0% nor at 100%.
+_MATH_B_RANGE = range(2, 30)
 
 
 def _math_universe() -> list[tuple[Any, dict[str, Any]]]:
     out = []
     for a in _MATH_RANGE:
-        for b in _MATH_RANGE:
+        for b in _MATH_B_RANGE:
             s = a + b
             prompt = (f"Compute {a}+{b}.\n\nPlease reason step by step, "
                       f"and put your final answer within \\boxed{{}}.")
@@ -281,14 +284,14 @@ def _tooluse_universe() -> list[tuple[Any, dict[str, Any]]]:
 
 _CODE_HEADER = ("You are a coding expert. Provide the complete code in a code block "
                 "enclosed with ``` ```.\n")
-_CODE_KS = tuple(range(2, 10))
-#: op -> (description template, expression template); ``{x}`` is the argument name.
+_CODE_TERMS = tuple(range(2, 10))
+#: op -> (description template, expression template); ``{x}`` is the argument name and the
+#: constant ``{k}`` is given as "the sum of a and b", so the model must add before it codes.
 CODE_OPS: dict[str, tuple[str, str]] = {
-    "plus": ("{x} plus {k}", "{x}+{k}"),
-    "minus": ("{x} minus {k}", "{x}-{k}"),
-    "times": ("{x} times {k}", "{x}*{k}"),
-    "squared": ("{x} squared", "{x}**2"),
-    "modulo": ("{x} modulo {k}", "{x}%{k}"),
+    "plus": ("{x} plus the sum of {a} and {b}", "{x}+{k}"),
+    "minus": ("{x} minus the sum of {a} and {b}", "{x}-{k}"),
+    "times": ("{x} times the sum of {a} and {b}", "{x}*{k}"),
+    "modulo": ("{x} modulo the sum of {a} and {b}", "{x}%{k}"),
 }
 _CODE_FUNCS = ("f", "g", "h", "solve", "compute")
 _CODE_ARGS = ("x", "n", "a")
@@ -303,15 +306,15 @@ _CODE_INPUTS = range(0, 21)
 def _code_universe() -> list[tuple[Any, dict[str, Any]]]:
     out = []
     for op, (desc_t, expr_t) in CODE_OPS.items():
-        ks: tuple[int | None, ...] = (None,) if op == "squared" else _CODE_KS
-        for k in ks:
+        for a, b in itertools.product(_CODE_TERMS, _CODE_TERMS):
+            k = a + b
             for template in _CODE_TEMPLATES:
                 for f in _CODE_FUNCS:
                     for x in _CODE_ARGS:
-                        desc = desc_t.format(x=x, k=k)
+                        desc = desc_t.format(x=x, a=a, b=b)
                         expr = expr_t.format(x=x, k=k)
                         prompt = _CODE_HEADER + template.format(f=f, x=x, desc=desc)
-                        solution = (f" <think>return {expr}</think> ```python\n"
+                        solution = (f" <think>{a}+{b}={k}; return {expr}</think> ```python\n"
                                     f"def {f}({x}):\n    return {expr}\n```")
                         # Test inputs are seeded by the problem itself, so a problem's
                         # record is the same whichever seed selects it.
@@ -319,7 +322,7 @@ def _code_universe() -> list[tuple[Any, dict[str, Any]]]:
                         inputs = rng.sample(list(_CODE_INPUTS), 3)
                         fn = eval(f"lambda {x}: {expr}")  # trusted, module-built expression
                         tests = [f"assert {f}({v}) == {fn(v)}" for v in inputs]
-                        out.append(((op, k), _record(prompt, "", "code", solution, tests)))
+                        out.append(((op, a), _record(prompt, "", "code", solution, tests)))
     return out
 
 
@@ -436,7 +439,8 @@ def _demonstration(record: dict[str, Any]) -> str:
 
 def sft_mixture(n: int, seed: int, reprompt_frac: float = 0.25) -> list[dict[str, Any]]:
     """``n`` SFT examples ``{"prompt", "completion", "domain"}`` drawn evenly (±1) from the
-    four domains' train splits (via :func:`generate` with the same ``seed``), in a seeded
+    four domains' train splits (via :func:`generate` with the same ``seed``; a domain with fewer
+    distinct problems than its share is repeated), in a seeded
     shuffled order; ``round(n * reprompt_frac)`` of them, at seeded positions, are in the
     :func:`reprompt_example` format with the record's own solution (leading space
     stripped) as the demonstration.
@@ -448,7 +452,9 @@ def sft_mixture(n: int, seed: int, reprompt_frac: float = 0.25) -> list[dict[str
     base, extra = divmod(n, len(DOMAINS))
     records: list[dict[str, Any]] = []
     for i, domain in enumerate(DOMAINS):
-        records.extend(generate(domain, "train", base + (1 if i < extra else 0), seed))
+        k = base + (1 if i < extra else 0)
+        pool = generate(domain, "train", min(k, num_problems(domain, "train")), seed)
+        records.extend(pool[j % len(pool)] for j in range(k))  # repeat when a domain is small
     rng = random.Random(_stable_int("sdpocl-sft-mixture", n, seed, reprompt_frac))
     rng.shuffle(records)
     n_re = int(round(n * reprompt_frac))

@@ -67,7 +67,6 @@ def trainer_kwargs(settings: dict, output_dir: str, use_cpu: bool) -> dict:
         disable_tqdm=True,
         dataloader_num_workers=0,
         reward_weights=[1.0, 0.0],  # the second function only logs the \boxed count
-        log_completions=False,
     )
 
 
@@ -87,7 +86,7 @@ def _text(completion) -> str:
 def _callbacks(tag: str, patience: int, stop_on_collapse: bool, teacher_getter):
     """Progress printing, NaN/collapse detection and teacher-state saving for resume."""
     import torch
-    from safetensors.torch import save_file
+    from safetensors.torch import save_model
     from transformers import TrainerCallback
 
     class Progress(TrainerCallback):
@@ -101,11 +100,12 @@ def _callbacks(tag: str, patience: int, stop_on_collapse: bool, teacher_getter):
             if not logs or "loss" not in logs:
                 return
             now = time.time()
-            reward = logs.get("reward", float("nan"))
-            loss = logs.get("loss", float("nan"))
+            row = log_row(logs)
+            reward = row.get("reward", float("nan"))
+            loss = row.get("loss", float("nan"))
             print(
                 f"[{tag}] step {state.global_step}/{state.max_steps} reward {reward:.3f} loss {loss:.4f} "
-                f"len {logs.get('completions/mean_length', float('nan')):.1f} ({now - self.t_last:.2f}s)",
+                f"len {row.get('completion_length', float('nan')):.1f} ({now - self.t_last:.2f}s)",
                 flush=True,
             )
             self.t_last = now
@@ -123,9 +123,10 @@ def _callbacks(tag: str, patience: int, stop_on_collapse: bool, teacher_getter):
             ckpt = Path(args.output_dir) / f"checkpoint-{state.global_step}"
             teacher = teacher_getter()
             if teacher is not None:
-                sd = {k: v.detach().cpu().contiguous() for k, v in teacher.state_dict().items()}
-                save_file(sd, str(ckpt / "teacher.safetensors"))
+                save_model(teacher, str(ckpt / "teacher.safetensors"))  # handles tied embeddings
             (ckpt / COMPLETE).write_text(str(state.global_step))
+            if os.environ.get("SDPOCL_KILL_AFTER_CHECKPOINT") == str(state.global_step):
+                os._exit(137)  # simulate a job killed right after a checkpoint (resume tests)
 
     return [Progress(), TeacherState()]
 
@@ -160,8 +161,11 @@ def summarize(log: list[dict], steps_planned: int, patience: int) -> dict:
     return out
 
 
+#: TRL log keys -> our per-step log columns (GRPO and SDPO name some metrics differently).
 LOG_KEYS = {
     "reward": "reward",
+    "self_distillation/reward_mean": "reward",
+    "self_distillation/rewards/boxed_count": "boxed_per_completion",
     "loss": "loss",
     "completions/mean_length": "completion_length",
     "completions/clipped_ratio": "truncated_fraction",
@@ -175,18 +179,14 @@ LOG_KEYS = {
 }
 
 
+def log_row(entry: dict) -> dict:
+    """One TRL log entry renamed to our per-step columns."""
+    return {dst: entry[src] for src, dst in LOG_KEYS.items() if src in entry}
+
+
 def step_log(log_history: list[dict]) -> list[dict]:
     """Per-step rows (named for the paper's diagnostics) from the trainer's log history."""
-    rows = []
-    for entry in log_history:
-        if "loss" not in entry or "step" not in entry:
-            continue
-        row = {"step": entry["step"]}
-        for src, dst in LOG_KEYS.items():
-            if src in entry:
-                row[dst] = entry[src]
-        rows.append(row)
-    return rows
+    return [{"step": e["step"], **log_row(e)} for e in log_history if "loss" in e and "step" in e]
 
 
 def train_stage(settings: dict, parent: str | Path, data: str | Path, out_dir: str | Path, state_dir: str | Path,
@@ -194,10 +194,10 @@ def train_stage(settings: dict, parent: str | Path, data: str | Path, out_dir: s
     """Train one stage from ``parent`` (a model directory) on ``data``; write the stage outputs."""
     import torch
     from datasets import Dataset
-    from transformers import AutoTokenizer
+    from transformers import AutoTokenizer, PrinterCallback
 
     from .methods import get_method
-    from .rewards import reward_for
+    from .rewards import make_code_reward, reward_for
     from .trainers import FAMILIES
 
     torch.set_num_threads(threads)
@@ -235,11 +235,10 @@ def train_stage(settings: dict, parent: str | Path, data: str | Path, out_dir: s
     args = config_cls(**kwargs)
 
     tokenizer = AutoTokenizer.from_pretrained(parent)
-    reward = reward_for(settings["domain"])
     if settings["domain"] == "code":
-        import functools
-
-        reward = functools.wraps(reward)(functools.partial(reward, timeout_s=settings["code_timeout_s"]))
+        reward = make_code_reward(timeout_s=settings["code_timeout_s"])
+    else:
+        reward = reward_for(settings["domain"])
     trainer_ref = {}
     callbacks = _callbacks(tag, settings["collapse_patience"], settings["stop_on_collapse"],
                            lambda: getattr(trainer_ref.get("t"), "teacher_model", None)
@@ -247,13 +246,14 @@ def train_stage(settings: dict, parent: str | Path, data: str | Path, out_dir: s
     trainer = trainer_cls(model=str(parent), reward_funcs=[reward, boxed_count], args=args, train_dataset=dataset,
                           processing_class=tokenizer, callbacks=callbacks)
     trainer_ref["t"] = trainer
+    trainer.remove_callback(PrinterCallback)  # Progress prints one readable line per step instead
     if resume is not None:
         print(f"[{tag}] resuming from {resume.name}", flush=True)
         teacher_file = resume / "teacher.safetensors"
         if teacher_file.exists() and getattr(trainer, "teacher_model", None) is not None:
-            from safetensors.torch import load_file
+            from safetensors.torch import load_model
 
-            trainer.teacher_model.load_state_dict(load_file(str(teacher_file)))
+            load_model(trainer.teacher_model, str(teacher_file))
     print(f"[{tag}] {method.name} ({settings['family']}): {settings['steps']} steps x "
           f"{settings['prompts_per_step']} prompts x {settings['num_generations']} samples", flush=True)
     trainer.train(resume_from_checkpoint=str(resume) if resume else None)

@@ -1,0 +1,69 @@
+"""Dry runs: the grids resolve to the expected jobs, and config errors stop Snakemake early."""
+
+from collections import Counter
+
+import pytest
+import yaml
+
+from sdpocl.config import chains_for, expand_runs, load_config
+from workflow_utils import ROOT, scheduled_jobs, snakemake, stage_wildcards
+
+
+def expected_stages(config_path):
+    config = load_config(ROOT / config_path)
+    return {run.name: len(chains_for(config, run)) for run in expand_runs(config)}
+
+
+def test_paper_grid_job_counts(tmp_path):
+    proc = snakemake("-n", results=tmp_path, configfile="config/paper.yaml")
+    stages = stage_wildcards(proc.stdout)
+    per_run = Counter(run for run, _ in stages)
+    # 9 runs x 4 chain stages, plus single-domain runs (science, tooluse, code) for 3 of them
+    assert per_run == {
+        "grpo_s0": 7, "grpo-lr1e-6_s0": 4, "sdpo_a0_s0": 7, "sdpo_a0.01_s0": 4, "sdpo_a0.05_s0": 7,
+        "sdpo_a0.1_s0": 4, "stable-sdpo_a0.05_s0": 4, "sdpo-cot_a0_s0": 4, "sdpo-mask0.5_a0_s0": 4,
+    }
+    assert per_run == expected_stages("config/paper.yaml")
+    assert scheduled_jobs(proc.stdout)["train_stage"] == 45
+    assert "build_base" not in scheduled_jobs(proc.stdout)  # the paper preset names its model
+
+
+def test_smoke_grid_chains(tmp_path):
+    proc = snakemake("-n", results=tmp_path)
+    stages = set(stage_wildcards(proc.stdout))
+    assert len(stages) == 26
+    assert ("sdpo_a0_s0", "math/science/tooluse/code") in stages
+    assert ("sdpo_a0_s0", "tooluse") in stages  # single-domain run
+    assert ("grpo_s0", "tooluse") not in stages
+    counts = scheduled_jobs(proc.stdout)
+    assert counts["prepare_data"] == 8 and counts["build_base"] == 1
+
+
+def test_several_seeds_multiply_runs(tmp_path):
+    cfg = yaml.safe_load((ROOT / "config/smoke.yaml").read_text())
+    cfg["seeds"] = [0, 1]
+    path = tmp_path / "two_seeds.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    proc = snakemake("-n", results=tmp_path / "r", configfile=str(path))
+    assert scheduled_jobs(proc.stdout)["train_stage"] == 52
+
+
+@pytest.mark.parametrize(
+    "edit, key",
+    [
+        (lambda c: c["runs"].append({"method": "ppo"}), "runs[5].method"),
+        (lambda c: c["runs"][1].update(alpha=2.0), "runs[1].alpha"),
+        (lambda c: c["train"].update(lr="1e-5"), "train.lr"),
+        (lambda c: c.update(domains=["math", "chemistry"]), "domains[1]"),
+    ],
+)
+def test_bad_config_stops_before_any_job(tmp_path, edit, key):
+    cfg = yaml.safe_load((ROOT / "config/smoke.yaml").read_text())
+    edit(cfg)
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    proc = snakemake("-n", results=tmp_path / "r", configfile=str(path), check=False)
+    assert proc.returncode != 0
+    out = proc.stdout + proc.stderr
+    assert f"config error at '{key}'" in out
+    assert not (tmp_path / "r").exists()

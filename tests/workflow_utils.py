@@ -1,0 +1,54 @@
+"""Helpers for tests that drive Snakemake as a user would."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+
+
+def snakemake(*args: str, results: Path | str | None = None, configfile: str = "config/smoke.yaml",
+              cores: int = 2, check: bool = True, env: dict | None = None) -> subprocess.CompletedProcess:
+    cmd = [str(BIN / "snakemake"), *args, "--cores", str(cores), "--configfile", configfile]
+    if results is not None:
+        cmd += ["--config", f"results={results}"]
+    full_env = {**os.environ, "PATH": f"{BIN}:{os.environ.get('PATH', '')}", **(env or {})}
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=full_env)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"snakemake {' '.join(args)} failed:\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}")
+    return proc
+
+
+def scheduled_jobs(dry_run_output: str) -> dict[str, int]:
+    """Job counts per rule from a dry run's 'Job stats' table."""
+    counts: dict[str, int] = {}
+    in_table = False
+    for line in dry_run_output.splitlines():
+        if line.startswith("job ") and "count" in line:
+            in_table = True
+            continue
+        if in_table:
+            m = re.match(r"^(\w+)\s+(\d+)$", line.strip())
+            if m and m.group(1) != "total":
+                counts[m.group(1)] = int(m.group(2))
+            elif line.strip().startswith("total") or not line.strip():
+                if counts:
+                    break
+    return counts
+
+
+def stage_wildcards(dry_run_output: str, rule: str = "train_stage") -> list[tuple[str, str]]:
+    """(run, chain) of every job of ``rule`` listed in a dry run."""
+    out = []
+    blocks = re.split(r"\n(?=rule |localrule )", dry_run_output)
+    for block in blocks:
+        if block.startswith((f"rule {rule}:", f"localrule {rule}:")):
+            m = re.search(r"wildcards: run=([^,\n]+), chain=([^\n]+)", block)
+            if m:
+                out.append((m.group(1).strip(), m.group(2).strip()))
+    return out
