@@ -13,7 +13,7 @@ def test_parse_and_parent():
 
 def test_stage_and_state_dirs_are_disjoint():
     assert stage_dir("results", "grpo_s0", ("math", "science")) == "results/runs/grpo_s0/math/science"
-    assert state_dir("results", "grpo_s0", "math/science") == "results/state/grpo_s0/math/science"
+    assert state_dir("results", "grpo_s0", "math/science") == "results/state/grpo_s0/math+science"
 
 
 @pytest.mark.parametrize("bad", ["", "math/biology", "math/math"])

@@ -89,7 +89,7 @@ def test_train_test_disjoint(domain):
 
 
 def test_universe_sizes_reasonable():
-    assert D.num_problems("math", "train") + D.num_problems("math", "test") == 90 * 28
+    assert D.num_problems("math", "train") + D.num_problems("math", "test") == 90 * 18
     sci = D.num_problems("science", "train") + D.num_problems("science", "test")
     assert sci == 2 * 12 * 11 * 10 * 9
     for d in D.DOMAINS:
@@ -134,13 +134,13 @@ def test_records_are_copies():
 
 def test_math_correct():
     for split in D.SPLITS:
-        for r in D.generate("math", split, 500, seed=5):
+        for r in D.generate("math", split, 300, seed=5):
             m = re.fullmatch(
                 r"Compute (\d+)\+(\d+)\.\n\nPlease reason step by step, and put your final "
                 r"answer within \\boxed\{\}\.", r["prompt"])
             assert m, r["prompt"]
             a, b = int(m.group(1)), int(m.group(2))
-            assert 10 <= a <= 99 and 2 <= b <= 29
+            assert 10 <= a <= 99 and 2 <= b <= 19
             assert r["answer"] == str(a + b)
             assert r["solution"] == f" <think>{a}+{b}={a + b}</think> \\boxed{{{a + b}}}"
             boxed = re.findall(r"\\boxed\{([^}]*)\}", r["solution"])
@@ -244,14 +244,14 @@ def test_code_correct_exec():
             fname = m.group(1) or m.group(3)
             arg = m.group(2) or m.group(4)
             # independent oracle from the spec text
-            om = re.search(rf"{arg} (plus|minus|times|modulo) the sum of (\d) and (\d)\.$", spec)
+            om = re.search(rf"{arg} (plus|minus|times|modulo) the sum of (\d+) and (\d)\.$", spec)
             assert om, spec
             op, k = om.group(1), int(om.group(2)) + int(om.group(3))
             oracle = {
                 "plus": lambda x: x + k, "minus": lambda x: x - k,
                 "times": lambda x: x * k, "modulo": lambda x: x % k,
             }[op]
-            assert 4 <= k <= 18
+            assert 12 <= k <= 38
             ns: dict = {}
             exec(_run_code_record(r), ns)  # trusted reference code + its asserts
             for x in range(-5, 25):

@@ -40,6 +40,7 @@ def stage_dir(results: str, run: str, chain: tuple[str, ...] | str) -> str:
 
 
 def state_dir(results: str, run: str, chain: tuple[str, ...] | str) -> str:
-    """Resume state of a stage: outside the declared outputs, which Snakemake deletes before a rerun."""
+    """Resume state of a stage: outside the declared outputs, which Snakemake deletes before a rerun.
+    Flat (``math+science``), so removing one stage's state never touches another's."""
     chain = chain if isinstance(chain, str) else chain_str(chain)
-    return f"{results}/state/{run}/{chain}"
+    return f"{results}/state/{run}/{chain.replace('/', '+')}"

@@ -2,7 +2,7 @@
 
 Four domains, trained in the order of :data:`DOMAINS`:
 
-* ``math``    (dataset ``tiny_math``):    two-number addition ``a+b`` with a in [10, 99], b in [2, 29];
+* ``math``    (dataset ``tiny_math``):    two-number addition ``a+b`` with a in [10, 99], b in [2, 19];
   the final answer is written as ``\\boxed{N}``.
 * ``science`` (dataset ``tiny_science``): four-way multiple choice over the fixed
   :data:`COMPOUNDS` table ("highest" / "lowest boiling point"); answer in
@@ -11,7 +11,7 @@ Four domains, trained in the order of :data:`DOMAINS`:
   the completion ends with ``Action: name`` / ``Action Input: {json}``.
 * ``code``    (dataset ``tiny_code``):    one-line integer functions (``x plus k``,
   ``x minus k``, ``x times k``, ``x modulo k``, with k given as "the sum of a and b",
-  a, b in 2..9) written in a fenced ``python`` block and checked by three ``assert`` strings.
+  a in 10..29, b in 2..9) written in a fenced ``python`` block and checked by three ``assert`` strings.
 
 Every domain has a finite, deterministically enumerated *problem universe*. Each problem
 is assigned to the ``train`` or ``test`` split by a stable SHA-256 hash of its prompt
@@ -119,7 +119,7 @@ def _record(prompt: str, answer: str, domain: str, solution: str,
 
 _MATH_RANGE = range(10, 100)
 #: The second addend is small so that a ~1M-parameter base is neither at 0% nor at 100%.
-_MATH_B_RANGE = range(2, 30)
+_MATH_B_RANGE = range(2, 20)
 
 
 def _math_universe() -> list[tuple[Any, dict[str, Any]]]:
@@ -284,7 +284,8 @@ def _tooluse_universe() -> list[tuple[Any, dict[str, Any]]]:
 
 _CODE_HEADER = ("You are a coding expert. Provide the complete code in a code block "
                 "enclosed with ``` ```.\n")
-_CODE_TERMS = tuple(range(2, 10))
+_CODE_A = tuple(range(10, 30))
+_CODE_B = tuple(range(2, 10))
 #: op -> (description template, expression template); ``{x}`` is the argument name and the
 #: constant ``{k}`` is given as "the sum of a and b", so the model must add before it codes.
 CODE_OPS: dict[str, tuple[str, str]] = {
@@ -306,7 +307,7 @@ _CODE_INPUTS = range(0, 21)
 def _code_universe() -> list[tuple[Any, dict[str, Any]]]:
     out = []
     for op, (desc_t, expr_t) in CODE_OPS.items():
-        for a, b in itertools.product(_CODE_TERMS, _CODE_TERMS):
+        for a, b in itertools.product(_CODE_A, _CODE_B):
             k = a + b
             for template in _CODE_TEMPLATES:
                 for f in _CODE_FUNCS:

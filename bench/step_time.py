@@ -1,0 +1,57 @@
+"""Bench: SDPO train-step time / GRPO train-step time on the same batch shape (target <= 1.5).
+
+Runs each method's real train-stage path (TRL trainers, same model, data, prompts x samples,
+completion length and seed), interleaved and repeated so that machine noise hits both alike,
+and prints the per-step times and their ratio.
+
+    python bench/step_time.py --config config/config.yaml --results results --steps 20
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+from pathlib import Path
+
+from sdpocl.config import load_config, run_by_name, stage_settings
+from sdpocl.train import train_stage
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--config", default="config/config.yaml")
+    p.add_argument("--results", default=None, help="results folder holding base/model and data/ (default: config's)")
+    p.add_argument("--domain", default="math")
+    p.add_argument("--steps", type=int, default=20)
+    p.add_argument("--repeats", type=int, default=2)
+    p.add_argument("--threads", type=int, default=1)
+    a = p.parse_args()
+
+    config = load_config(a.config)
+    results = Path(a.results or config["results"])
+    runs = {"GRPO": "grpo_s0", "SDPO_0": "sdpo_a0_s0", "SDPO_5%": "sdpo_a0.05_s0"}
+    times: dict[str, list[float]] = {k: [] for k in runs}
+    for rep in range(a.repeats):
+        for label, name in runs.items():
+            settings = stage_settings(config, run_by_name(config, name), (a.domain,))
+            settings.update(steps=a.steps, save_every=10 * a.steps)
+            with tempfile.TemporaryDirectory() as tmp:
+                summary = train_stage(settings, results / "base" / "model", results / "data" / a.domain / "train.jsonl",
+                                      Path(tmp) / "out", Path(tmp) / "state", threads=a.threads)
+            times[label].append(summary["seconds_per_step"])
+            print(f"[bench] repeat {rep} {label}: {summary['seconds_per_step']:.4f} s/step", flush=True)
+    med = {k: statistics.median(v) for k, v in times.items()}
+    report = {
+        "steps": a.steps,
+        "batch": f"{config['train']['prompts_per_step']} prompts x {config['train']['num_generations']} samples",
+        "seconds_per_step": med,
+        "ratio_sdpo0_over_grpo": med["SDPO_0"] / med["GRPO"],
+        "ratio_sdpo5_over_grpo": med["SDPO_5%"] / med["GRPO"],
+    }
+    print(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,123 @@
+"""End to end: config/smoke.yaml through every train-stage job, then resume after a kill."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from sdpocl.config import chains_for, expand_runs, load_config, run_by_name, stage_settings
+from workflow_utils import BIN, ROOT, scheduled_jobs, snakemake
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def smoke_results(tmp_path_factory):
+    results = tmp_path_factory.mktemp("smoke") / "results"
+    snakemake("--profile", "profiles/local", results=results)
+    return results
+
+
+def test_every_stage_written(smoke_results):
+    config = load_config(ROOT / "config/smoke.yaml")
+    n = 0
+    for run in expand_runs(config):
+        for chain in chains_for(config, run):
+            stage = smoke_results / "runs" / run.name / "/".join(chain)
+            summary = json.loads((stage / "summary.json").read_text())
+            assert summary["steps_done"] == summary["steps_planned"] == config["train"]["steps"][chain[-1]]
+            assert (stage / "model" / "model.safetensors").exists()
+            steps = sorted(int(p.name.split("-")[1]) for p in (stage / "checkpoints").glob("step-*"))
+            save_every = config["train"]["save_every"]
+            assert steps == list(range(save_every, summary["steps_planned"] + 1, save_every))
+            log = [json.loads(line) for line in (stage / "train_log.jsonl").read_text().splitlines()]
+            assert [row["step"] for row in log] == list(range(1, summary["steps_planned"] + 1))
+            assert all("reward" in row and "completion_length" in row and "boxed_per_completion" in row
+                       for row in log)
+            resolved = json.loads((stage / "resolved_config.json").read_text())
+            expected_parent = (str(smoke_results / "base" / "model") if len(chain) == 1
+                               else str(smoke_results / "runs" / run.name / "/".join(chain[:-1]) / "model"))
+            assert os.path.samefile(resolved["parent_model"], expected_parent)
+            n += 1
+    assert n == 26
+    leftovers = [p for p in (smoke_results / "state").rglob("*") if p.is_file()]
+    assert not leftovers, "resume state is removed after success"
+
+
+def test_resolved_config_records_the_method(smoke_results):
+    def trainer_config(run, chain):
+        path = smoke_results / "runs" / run / chain / "resolved_config.json"
+        return json.loads(path.read_text())["trainer_config"]
+
+    grpo = trainer_config("grpo_s0", "math")
+    assert grpo["loss_type"] == "dr_grpo" and grpo["scale_rewards"] == "none" and grpo["epsilon_high"] == 0.28
+    frozen = trainer_config("sdpo_a0_s0", "math/science")
+    assert frozen["teacher_model_kind"] == "base" and frozen["distillation_mode"] == "topk_logits"
+    ema = trainer_config("sdpo_a0.05_s0", "math")
+    assert ema["teacher_model_kind"] == "ema" and ema["teacher_update_rate"] == 0.05 and ema["teacher_sync_steps"] == 1
+    stable = trainer_config("stable-sdpo_a0.05_s0", "math")
+    assert stable["teacher_update_rate"] == 1.0 and stable["teacher_sync_steps"] == 20
+    cot = trainer_config("sdpo-cot_a0_s0", "math")
+    assert cot["remove_thinking_from_demonstration"] is False
+
+
+def test_nothing_to_do_after_a_full_run(smoke_results):
+    proc = snakemake("-n", results=smoke_results)
+    assert scheduled_jobs(proc.stdout) == {}, proc.stdout[-2000:]
+
+
+def _train(settings, parent, data, out, state, env=None):
+    cmd = [str(BIN / "sdpocl"), "train-stage", "--settings", json.dumps(settings), "--parent", str(parent),
+           "--data", str(data), "--out", str(out), "--state", str(state), "--threads", "1"]
+    return subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **(env or {})})
+
+
+@pytest.mark.parametrize("run_name", ["sdpo_a0.05_s0", "grpo_s0"])
+def test_resume_after_kill_matches_uninterrupted(smoke_results, tmp_path, run_name):
+    config = load_config(ROOT / "config/smoke.yaml")
+    settings = stage_settings(config, run_by_name(config, run_name), ("math",))
+    settings["steps"], settings["save_every"] = 6, 2
+    parent, data = smoke_results / "base" / "model", smoke_results / "data" / "math" / "train.jsonl"
+
+    full = _train(settings, parent, data, tmp_path / "full", tmp_path / "full_state")
+    assert full.returncode == 0, full.stderr[-3000:]
+
+    killed = _train(settings, parent, data, tmp_path / "resumed", tmp_path / "resumed_state",
+                    env={"SDPOCL_KILL_AFTER_CHECKPOINT": "4"})
+    assert killed.returncode != 0
+    assert not (tmp_path / "resumed" / "summary.json").exists()
+    assert (tmp_path / "resumed_state" / "checkpoint-4" / "COMPLETE").exists()
+
+    resumed = _train(settings, parent, data, tmp_path / "resumed", tmp_path / "resumed_state")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "resuming from checkpoint-4" in resumed.stdout
+
+    a = load_file(str(tmp_path / "full" / "model" / "model.safetensors"))
+    b = load_file(str(tmp_path / "resumed" / "model" / "model.safetensors"))
+    assert a.keys() == b.keys()
+    for key in a:
+        assert torch.equal(a[key], b[key]), key
+    log_a = (tmp_path / "full" / "train_log.jsonl").read_text().splitlines()
+    log_b = (tmp_path / "resumed" / "train_log.jsonl").read_text().splitlines()
+    assert [json.loads(x)["reward"] for x in log_a] == [json.loads(x)["reward"] for x in log_b]
+    assert json.loads((tmp_path / "resumed" / "summary.json").read_text())["resumed_from"] == "checkpoint-4"
+
+
+def test_stale_resume_state_is_discarded(smoke_results, tmp_path):
+    config = load_config(ROOT / "config/smoke.yaml")
+    settings = stage_settings(config, run_by_name(config, "grpo_s0"), ("math",))
+    parent, data = smoke_results / "base" / "model", smoke_results / "data" / "math" / "train.jsonl"
+    killed = _train(settings, parent, data, tmp_path / "out", tmp_path / "state",
+                    env={"SDPOCL_KILL_AFTER_CHECKPOINT": "2"})
+    assert killed.returncode != 0
+    settings["lr"] = settings["lr"] * 2  # a changed setting must not resume from the old state
+    again = _train(settings, parent, data, tmp_path / "out", tmp_path / "state")
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "discarding stale resume state" in again.stdout
+    assert "resuming" not in again.stdout
