@@ -13,7 +13,7 @@ import pytest
 
 from sdpocl import domains as D
 
-SAMPLE_N = 200
+SAMPLE_N = 100
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -89,11 +89,11 @@ def test_train_test_disjoint(domain):
 
 
 def test_universe_sizes_reasonable():
-    assert D.num_problems("math", "train") + D.num_problems("math", "test") == 90 * 18
+    assert D.num_problems("math", "train") + D.num_problems("math", "test") == 90 * 8
     sci = D.num_problems("science", "train") + D.num_problems("science", "test")
     assert sci == 2 * 12 * 11 * 10 * 9
     for d in D.DOMAINS:
-        assert D.num_problems(d, "test") >= 200
+        assert D.num_problems(d, "test") >= 100
 
 
 # ----------------------------------------------------------------------------- schema
@@ -134,15 +134,16 @@ def test_records_are_copies():
 
 def test_math_correct():
     for split in D.SPLITS:
-        for r in D.generate("math", split, 300, seed=5):
+        for r in D.generate("math", split, 100, seed=5):
             m = re.fullmatch(
                 r"Compute (\d+)\+(\d+)\.\n\nPlease reason step by step, and put your final "
                 r"answer within \\boxed\{\}\.", r["prompt"])
             assert m, r["prompt"]
             a, b = int(m.group(1)), int(m.group(2))
-            assert 10 <= a <= 99 and 2 <= b <= 19
+            assert 10 <= a <= 99 and 2 <= b <= 9
             assert r["answer"] == str(a + b)
-            assert r["solution"] == f" <think>{a}+{b}={a + b}</think> \\boxed{{{a + b}}}"
+            u = a % 10
+            assert r["solution"] == f" <think>{u}+{b}={u + b}; {a - u}+{u + b}={a + b}</think> \\boxed{{{a + b}}}"
             boxed = re.findall(r"\\boxed\{([^}]*)\}", r["solution"])
             assert boxed == [str(a + b)]
 

@@ -67,3 +67,19 @@ def test_bad_config_stops_before_any_job(tmp_path, edit, key):
     out = proc.stdout + proc.stderr
     assert f"config error at '{key}'" in out
     assert not (tmp_path / "r").exists()
+
+
+def test_lint_passes():
+    proc = snakemake("--lint", check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "good condition" in proc.stdout + proc.stderr
+
+
+def test_cli_lists_one_subcommand_per_rule():
+    import subprocess
+
+    from workflow_utils import BIN
+
+    out = subprocess.run([str(BIN / "sdpocl"), "--help"], capture_output=True, text=True, check=True).stdout
+    for sub in ("prepare-data", "build-base", "train-stage"):
+        assert sub in out

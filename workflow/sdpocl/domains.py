@@ -2,7 +2,8 @@
 
 Four domains, trained in the order of :data:`DOMAINS`:
 
-* ``math``    (dataset ``tiny_math``):    two-number addition ``a+b`` with a in [10, 99], b in [2, 19];
+* ``math``    (dataset ``tiny_math``):    two-number addition ``a+b`` with a in [10, 99], b in [2, 9], reasoning
+  units first (``7+8=15; 40+15=55``);
   the final answer is written as ``\\boxed{N}``.
 * ``science`` (dataset ``tiny_science``): four-way multiple choice over the fixed
   :data:`COMPOUNDS` table ("highest" / "lowest boiling point"); answer in
@@ -119,7 +120,7 @@ def _record(prompt: str, answer: str, domain: str, solution: str,
 
 _MATH_RANGE = range(10, 100)
 #: The second addend is small so that a ~1M-parameter base is neither at 0% nor at 100%.
-_MATH_B_RANGE = range(2, 20)
+_MATH_B_RANGE = range(2, 10)
 
 
 def _math_universe() -> list[tuple[Any, dict[str, Any]]]:
@@ -129,7 +130,9 @@ def _math_universe() -> list[tuple[Any, dict[str, Any]]]:
             s = a + b
             prompt = (f"Compute {a}+{b}.\n\nPlease reason step by step, "
                       f"and put your final answer within \\boxed{{}}.")
-            solution = f" <think>{a}+{b}={s}</think> \\boxed{{{s}}}"
+            # the reasoning adds the units first, then the tens: a short, learnable chain
+            units = a % 10
+            solution = f" <think>{units}+{b}={units + b}; {a - units}+{units + b}={s}</think> \\boxed{{{s}}}"
             out.append((None, _record(prompt, str(s), "math", solution)))
     return out
 

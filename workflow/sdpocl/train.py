@@ -262,6 +262,12 @@ def train_stage(settings: dict, parent: str | Path, data: str | Path, out_dir: s
     out_dir.mkdir(parents=True, exist_ok=True)
     model = trainer.model
     finite = all(torch.isfinite(p).all() for p in model.parameters())
+    model_from = "final"
+    if not finite:
+        # A diverged stage hands on its last finite weights (else its parent's), so that the
+        # rest of the chain can still run; the stage is recorded as collapsed either way.
+        model_from = _restore_last_finite(model, state_dir, parent)
+        print(f"[{tag}] non-finite weights: handing on weights from {model_from}", flush=True)
     model.save_pretrained(out_dir / "model", safe_serialization=True)
     tokenizer.save_pretrained(out_dir / "model")
     ckpt_root = out_dir / "checkpoints"
@@ -281,7 +287,7 @@ def train_stage(settings: dict, parent: str | Path, data: str | Path, out_dir: s
         for row in log:
             fh.write(json.dumps(row) + "\n")
     summary = summarize(log, settings["steps"], settings["collapse_patience"])
-    summary.update(finite_weights=bool(finite), seconds=round(time.time() - t0, 2), resumed_from=resume.name if resume else None,
+    summary.update(finite_weights=bool(finite), model_from=model_from, seconds=round(time.time() - t0, 2), resumed_from=resume.name if resume else None,
                    seconds_per_step=round(trainer.state.log_history[-1].get("train_runtime", 0.0) / max(1, len(log)), 4))
     (out_dir / "summary.json").write_text(json.dumps(summary, indent=2))
     resolved = {
@@ -303,6 +309,20 @@ def train_stage(settings: dict, parent: str | Path, data: str | Path, out_dir: s
           flush=True)
     shutil.rmtree(state_dir, ignore_errors=True)  # resume state is no longer needed
     return summary
+
+
+def _restore_last_finite(model, state_dir: Path, parent: Path) -> str:
+    """Load the newest complete checkpoint whose weights are all finite (else the parent) into ``model``."""
+    import torch
+    from safetensors.torch import load_model
+
+    ckpts = sorted((p for p in state_dir.glob("checkpoint-*") if (p / COMPLETE).exists()),
+                   key=lambda p: int(p.name.split("-")[1]), reverse=True)
+    for source in [*ckpts, parent]:
+        load_model(model, str(source / "model.safetensors"), strict=False)
+        if all(torch.isfinite(p).all() for p in model.parameters()):
+            return source.name if source != parent else "parent"
+    raise RuntimeError(f"no finite weights found for this stage, not even in its parent {parent}")
 
 
 def _versions() -> dict:

@@ -1,0 +1,58 @@
+"""Stage bookkeeping: per-step log rows, collapse detection, resume-state helpers."""
+
+import math
+
+from sdpocl.train import COMPLETE, fingerprint, last_complete_checkpoint, step_log, summarize
+
+
+def test_step_log_maps_grpo_and_sdpo_keys():
+    history = [
+        {"step": 1, "loss": 0.5, "reward": 0.25, "completions/mean_length": 12.0, "rewards/boxed_count/mean": 1.0},
+        {"step": 2, "loss": 0.4, "self_distillation/reward_mean": 0.5, "self_distillation/rewards/boxed_count": 2.0,
+         "distill_token_fraction": 0.3},
+        {"step": 2, "train_runtime": 3.0},  # the final summary entry is not a step
+    ]
+    rows = step_log(history)
+    assert rows == [
+        {"step": 1, "loss": 0.5, "reward": 0.25, "completion_length": 12.0, "boxed_per_completion": 1.0},
+        {"step": 2, "loss": 0.4, "reward": 0.5, "boxed_per_completion": 2.0, "distill_token_fraction": 0.3},
+    ]
+
+
+def test_summary_reward_fifths():
+    log = [{"step": i + 1, "loss": 0.1, "reward": r} for i, r in enumerate([0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0])]
+    s = summarize(log, 10, patience=3)
+    assert math.isclose(s["reward_first_fifth"], 0.15) and math.isclose(s["reward_last_fifth"], 0.95)
+    assert s["collapsed"] is False and s["steps_done"] == 10
+
+
+def test_summary_flags_nan_loss():
+    log = [{"step": 1, "loss": 0.1, "reward": 0.5}, {"step": 2, "loss": float("nan"), "reward": 0.5}]
+    s = summarize(log, 10, patience=3)
+    assert s["collapsed"] and s["collapse_step"] == 2 and "non-finite" in s["collapse_reason"]
+    assert s["steps_done"] == 2 < s["steps_planned"]
+
+
+def test_summary_flags_reward_stuck_at_zero():
+    rewards = [0.5, 0.0, 0.0, 0.25, 0.0, 0.0, 0.0, 0.0]
+    log = [{"step": i + 1, "loss": 0.1, "reward": r} for i, r in enumerate(rewards)]
+    assert summarize(log, 8, patience=5)["collapsed"] is False
+    s = summarize(log, 8, patience=4)
+    assert s["collapsed"] and s["collapse_step"] == 8
+
+
+def test_only_complete_checkpoints_resume(tmp_path):
+    for step, complete in [(2, True), (4, True), (6, False)]:
+        d = tmp_path / f"checkpoint-{step}"
+        d.mkdir()
+        if complete:
+            (d / COMPLETE).write_text(str(step))
+    assert last_complete_checkpoint(tmp_path).name == "checkpoint-4"
+    assert last_complete_checkpoint(tmp_path / "nothing") is None
+
+
+def test_fingerprint_depends_on_settings_and_parent():
+    a = fingerprint({"lr": 1e-4, "steps": 5}, "/m")
+    assert a == fingerprint({"steps": 5, "lr": 1e-4}, "/m")
+    assert a != fingerprint({"lr": 2e-4, "steps": 5}, "/m")
+    assert a != fingerprint({"lr": 1e-4, "steps": 5}, "/other")
