@@ -192,9 +192,9 @@ def test_tooluse_correct():
     for split in D.SPLITS:
         for r in D.generate("tooluse", split, 200, seed=5):
             p = r["prompt"]
-            assert p.startswith("You can use these tools:\n")
+            assert p.startswith("Tools: ")
             for name, (args, _desc) in D.TOOLS.items():
-                assert f"\n{name}({', '.join(args)}): " in p
+                assert f"{name}({', '.join(args)})" in p.split("\n", 1)[0]
             assert "\nAnswer with Thought, Action and Action Input.\nRequest: " in p
             request = p.split("\nRequest: ", 1)[1]
             m = re.fullmatch(r" <think>use (\w+)</think> Action: (\w+)\nAction Input: (.+)",

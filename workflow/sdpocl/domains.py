@@ -241,10 +241,12 @@ _TOOL_TEMPLATES: dict[str, tuple[str, ...]] = {
     ),
 }
 
+#: Signatures only (descriptions in :data:`TOOLS` stay documentation): a short prompt keeps the
+#: tool-use stage, whose prompts are the longest, affordable on a CPU.
 _TOOLUSE_HEADER = (
-    "You can use these tools:\n"
-    + "\n".join(f"{name}({', '.join(args)}): {desc}" for name, (args, desc) in TOOLS.items())
-    + "\nAnswer with Thought, Action and Action Input.\nRequest: "
+    "Tools: "
+    + ", ".join(f"{name}({', '.join(args)})" for name, (args, _desc) in TOOLS.items())
+    + ".\nAnswer with Thought, Action and Action Input.\nRequest: "
 )
 
 
