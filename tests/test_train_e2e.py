@@ -121,3 +121,23 @@ def test_stale_resume_state_is_discarded(smoke_results, tmp_path):
     assert again.returncode == 0, again.stderr[-3000:]
     assert "discarding stale resume state" in again.stdout
     assert "resuming" not in again.stdout
+
+
+def test_diverged_stage_is_recorded_as_collapsed_and_the_chain_goes_on(smoke_results, tmp_path):
+    config = load_config(ROOT / "config/smoke.yaml")
+    settings = stage_settings(config, run_by_name(config, "grpo_s0"), ("math",))
+    # decoupled weight decay of lr * wd = 1e4 per step blows the weights up within a few steps
+    settings.update(steps=12, save_every=2, lr=1.0e4, weight_decay=1.0, warmup_steps=0)
+    parent, data = smoke_results / "base" / "model", smoke_results / "data"
+    bad = _train(settings, parent, data / "math" / "train.jsonl", tmp_path / "math", tmp_path / "s1")
+    assert bad.returncode == 0, bad.stderr[-3000:]
+    summary = json.loads((tmp_path / "math" / "summary.json").read_text())
+    assert summary["collapsed"] is True and summary["finite_weights"] is False
+    assert summary["steps_done"] < summary["steps_planned"]
+    handed_on = load_file(str(tmp_path / "math" / "model" / "model.safetensors"))
+    assert all(torch.isfinite(t).all() for t in handed_on.values())
+
+    child = stage_settings(config, run_by_name(config, "grpo_s0"), ("math", "science"))
+    nxt = _train(child, tmp_path / "math" / "model", data / "science" / "train.jsonl", tmp_path / "sci", tmp_path / "s2")
+    assert nxt.returncode == 0, nxt.stderr[-3000:]
+    assert json.loads((tmp_path / "sci" / "summary.json").read_text())["steps_done"] == child["steps"]

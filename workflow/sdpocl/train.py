@@ -256,7 +256,16 @@ def train_stage(settings: dict, parent: str | Path, data: str | Path, out_dir: s
             load_model(trainer.teacher_model, str(teacher_file))
     print(f"[{tag}] {method.name} ({settings['family']}): {settings['steps']} steps x "
           f"{settings['prompts_per_step']} prompts x {settings['num_generations']} samples", flush=True)
-    trainer.train(resume_from_checkpoint=str(resume) if resume else None)
+    diverged = None
+    try:
+        trainer.train(resume_from_checkpoint=str(resume) if resume else None)
+    except RuntimeError as exc:
+        # Diverged weights make sampling itself fail ("probability tensor contains inf/nan");
+        # that is a collapse of this stage, not a crash of the grid.
+        if all(torch.isfinite(p).all() for p in trainer.model.parameters()):
+            raise
+        diverged = f"non-finite weights at step {trainer.state.global_step + 1}: {str(exc).splitlines()[0]}"
+        print(f"[{tag}] {diverged}: stopping this stage", flush=True)
 
     # --- declared outputs ---
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -287,6 +296,8 @@ def train_stage(settings: dict, parent: str | Path, data: str | Path, out_dir: s
         for row in log:
             fh.write(json.dumps(row) + "\n")
     summary = summarize(log, settings["steps"], settings["collapse_patience"])
+    if diverged and not summary["collapsed"]:
+        summary.update(collapsed=True, collapse_step=trainer.state.global_step + 1, collapse_reason=diverged)
     summary.update(finite_weights=bool(finite), model_from=model_from, seconds=round(time.time() - t0, 2), resumed_from=resume.name if resume else None,
                    seconds_per_step=round(trainer.state.log_history[-1].get("train_runtime", 0.0) / max(1, len(log)), 4))
     (out_dir / "summary.json").write_text(json.dumps(summary, indent=2))
