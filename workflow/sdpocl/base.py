@@ -107,7 +107,7 @@ def build_base(cfg: dict, data_cfg: dict, out_dir: Path, threads: int = 2) -> di
                 args=args,
                 train_dataset=Dataset.from_list(examples),
                 processing_class=tokenizer,
-                callbacks=[_PrintLogs("build-base sft")],
+                callbacks=[_print_logs("build-base sft")],
             )
             trainer.remove_callback(PrinterCallback)
             trainer.train()
@@ -119,16 +119,14 @@ def build_base(cfg: dict, data_cfg: dict, out_dir: Path, threads: int = 2) -> di
     return summary
 
 
-class _PrintLogs:
-    """Minimal TrainerCallback printing each log line, so long steps show progress."""
+def _print_logs(tag: str):
+    """A TrainerCallback printing each log line with its step, so the warm-up shows progress."""
+    from transformers import TrainerCallback
 
-    def __new__(cls, tag: str):
-        from transformers import TrainerCallback
+    class PrintLogs(TrainerCallback):
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            if logs:
+                keep = {k: round(v, 4) if isinstance(v, float) else v for k, v in logs.items()}
+                print(f"[{tag}] step {state.global_step}/{state.max_steps} {json.dumps(keep)}", flush=True)
 
-        class PrintLogs(TrainerCallback):
-            def on_log(self, args, state, control, logs=None, **kwargs):
-                if logs:
-                    keep = {k: round(v, 4) if isinstance(v, float) else v for k, v in logs.items()}
-                    print(f"[{tag}] step {state.global_step}/{state.max_steps} {json.dumps(keep)}", flush=True)
-
-        return PrintLogs()
+    return PrintLogs()

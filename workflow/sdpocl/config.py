@@ -168,8 +168,6 @@ def chains_for(config: dict, run: RunSpec) -> list[tuple[str, ...]]:
 
 def stage_settings(config: dict, run: RunSpec, chain: tuple[str, ...]) -> dict:
     """Everything that determines a stage's result (and nothing else), for params tracking and the trainer."""
-    from .methods import get_method
-
     domain = chain[-1]
     train = config["train"]
     method = get_method(run.method)

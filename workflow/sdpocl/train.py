@@ -74,27 +74,20 @@ def boxed_count(completions, **kwargs) -> list[float]:
     """Zero-weight 'reward' so TRL logs the mean \\boxed count per completion each step."""
     from .rewards import boxed_count as count
 
-    return [float(count(_text(c))) for c in completions]
+    return [float(count(c)) for c in completions]
 
 
-def _text(completion) -> str:
-    if isinstance(completion, list):
-        return completion[-1]["content"] if completion else ""
-    return completion
+def _callbacks(tag: str, patience: int, stop_on_collapse: bool):
+    """Progress printing with NaN / collapse stopping, and teacher-state saving for resume.
 
-
-def _callbacks(tag: str, patience: int, stop_on_collapse: bool, teacher_getter):
-    """Progress printing, NaN/collapse detection and teacher-state saving for resume."""
-    import torch
+    The second callback's ``teacher`` is set once the trainer (and its EMA teacher) exists."""
     from safetensors.torch import save_model
     from transformers import TrainerCallback
 
     class Progress(TrainerCallback):
         def __init__(self):
-            self.t0 = time.time()
-            self.t_last = self.t0
+            self.t_last = time.time()
             self.zero_run = 0
-            self.collapsed_at = None
 
         def on_log(self, args, state, control, logs=None, **kwargs):
             if not logs or "loss" not in logs:
@@ -119,16 +112,17 @@ def _callbacks(tag: str, patience: int, stop_on_collapse: bool, teacher_getter):
     class TeacherState(TrainerCallback):
         """Save the EMA teacher into each checkpoint, then mark the checkpoint complete."""
 
+        teacher = None
+
         def on_save(self, args, state, control, **kwargs):
             ckpt = Path(args.output_dir) / f"checkpoint-{state.global_step}"
-            teacher = teacher_getter()
-            if teacher is not None:
-                save_model(teacher, str(ckpt / "teacher.safetensors"))  # handles tied embeddings
+            if self.teacher is not None:
+                save_model(self.teacher, str(ckpt / "teacher.safetensors"))  # handles tied embeddings
             (ckpt / COMPLETE).write_text(str(state.global_step))
             if os.environ.get("SDPOCL_KILL_AFTER_CHECKPOINT") == str(state.global_step):
                 os._exit(137)  # simulate a job killed right after a checkpoint (resume tests)
 
-    return [Progress(), TeacherState()]
+    return Progress(), TeacherState()
 
 
 def last_complete_checkpoint(state_dir: Path) -> Path | None:
@@ -239,21 +233,20 @@ def train_stage(settings: dict, parent: str | Path, data: str | Path, out_dir: s
         reward = make_code_reward(timeout_s=settings["code_timeout_s"])
     else:
         reward = reward_for(settings["domain"])
-    trainer_ref = {}
-    callbacks = _callbacks(tag, settings["collapse_patience"], settings["stop_on_collapse"],
-                           lambda: getattr(trainer_ref.get("t"), "teacher_model", None)
-                           if settings["method_settings"].get("teacher_model_kind") == "ema" else None)
+    progress, teacher_state = _callbacks(tag, settings["collapse_patience"], settings["stop_on_collapse"])
     trainer = trainer_cls(model=str(parent), reward_funcs=[reward, boxed_count], args=args, train_dataset=dataset,
-                          processing_class=tokenizer, callbacks=callbacks)
-    trainer_ref["t"] = trainer
+                          processing_class=tokenizer, callbacks=[progress, teacher_state])
     trainer.remove_callback(PrinterCallback)  # Progress prints one readable line per step instead
+    if settings["method_settings"].get("teacher_model_kind") == "ema":
+        # An EMA / restart-and-freeze teacher is state of its own: it is checkpointed and restored.
+        # (A frozen teacher is rebuilt from the parent, which is what it is.)
+        teacher_state.teacher = trainer.teacher_model
     if resume is not None:
         print(f"[{tag}] resuming from {resume.name}", flush=True)
-        teacher_file = resume / "teacher.safetensors"
-        if teacher_file.exists() and getattr(trainer, "teacher_model", None) is not None:
+        if teacher_state.teacher is not None:
             from safetensors.torch import load_model
 
-            load_model(trainer.teacher_model, str(teacher_file))
+            load_model(teacher_state.teacher, str(resume / "teacher.safetensors"))
     print(f"[{tag}] {method.name} ({settings['family']}): {settings['steps']} steps x "
           f"{settings['prompts_per_step']} prompts x {settings['num_generations']} samples", flush=True)
     diverged = None
