@@ -83,3 +83,24 @@ def test_cli_lists_one_subcommand_per_rule():
     out = subprocess.run([str(BIN / "sdpocl"), "--help"], capture_output=True, text=True, check=True).stdout
     for sub in ("prepare-data", "build-base", "train-stage"):
         assert sub in out
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--run", "nope_s0", "--chain", "math"], "no run named 'nope_s0'"),
+        (["--run", "grpo_s0", "--chain", "math/biology"], "unknown domain 'biology'"),
+        (["--run", "grpo_s0", "--chain", "math"], "has no config.json"),
+    ],
+)
+def test_train_stage_by_hand_reports_bad_input(tmp_path, args, message):
+    import subprocess
+
+    from workflow_utils import BIN
+
+    cmd = [str(BIN / "sdpocl"), "train-stage", "--config", str(ROOT / "config/smoke.yaml"), *args,
+           "--parent", str(tmp_path / "no_model"), "--data", str(tmp_path / "d.jsonl"),
+           "--out", str(tmp_path / "out"), "--state", str(tmp_path / "state")]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert message in proc.stderr and "Traceback" not in proc.stderr

@@ -150,10 +150,11 @@ def expand_runs(config: dict) -> list[RunSpec]:
 
 
 def run_by_name(config: dict, name: str) -> RunSpec:
-    for run in expand_runs(config):
+    runs = expand_runs(config)
+    for run in runs:
         if run.name == name:
             return run
-    raise KeyError(f"no run named {name!r} in the config")
+    raise ValueError(f"no run named {name!r} in the config; runs: {', '.join(r.name for r in runs)}")
 
 
 def chains_for(config: dict, run: RunSpec) -> list[tuple[str, ...]]:
