@@ -1,0 +1,86 @@
+"""Invariants of sdpocl.drift.param_drift on synthetic matrices."""
+
+import math
+
+import pytest
+import torch
+
+from sdpocl.drift import param_drift, principal_mask
+
+
+def matrix(m=64, n=48, seed=0, decay=0.9):
+    """W0 = U diag(s) V^T with a known, well-separated spectrum."""
+    g = torch.Generator().manual_seed(seed)
+    u, _ = torch.linalg.qr(torch.randn(m, m, generator=g))
+    v, _ = torch.linalg.qr(torch.randn(n, n, generator=g))
+    s = torch.tensor([10.0 * decay**i for i in range(min(m, n))])
+    return u, s, v, (u[:, : len(s)] * s) @ v[:, : len(s)].T
+
+
+def test_identical_weights():
+    _, _, _, w0 = matrix()
+    d = param_drift(w0, w0.clone(), top_k=8)
+    assert d["nss"] == pytest.approx(0.0, abs=1e-6)
+    assert d["max_pa_deg"] == pytest.approx(0.0, abs=0.05)
+    assert d["pm_overlap"] == 100.0
+    assert d["n_updated"] == 0 and d["pm_update"] == 0.0
+
+
+@pytest.mark.parametrize("scale", [1.5, 0.8, 1.01])
+def test_rescaling_is_a_pure_spectral_shift(scale):
+    _, _, _, w0 = matrix()
+    d = param_drift(w0, scale * w0, top_k=8)
+    assert d["nss"] == pytest.approx(abs(scale - 1), rel=1e-4)
+    assert d["max_pa_deg"] == pytest.approx(0.0, abs=0.05)
+    assert d["pm_overlap"] == 100.0
+
+
+@pytest.mark.parametrize("degrees", [1.0, 5.0, 30.0])
+def test_rotation_out_of_the_top_k_subspace_gives_that_angle(degrees):
+    u, s, v, w0 = matrix()
+    k = 8
+    theta = math.radians(degrees)
+    # rotate u_k (inside the top-k subspace) towards u_{k+1} (outside it) by theta
+    rot = torch.eye(u.shape[0])
+    a, b = u[:, k - 1 : k], u[:, k : k + 1]
+    rot = rot + (math.cos(theta) - 1) * (a @ a.T + b @ b.T) + math.sin(theta) * (b @ a.T - a @ b.T)
+    wt = rot @ w0
+    d = param_drift(w0, wt, top_k=k)
+    assert d["max_pa_deg"] == pytest.approx(degrees, abs=0.05)
+    assert d["nss"] == pytest.approx(0.0, abs=1e-5)  # a rotation keeps the spectrum
+
+
+def test_rotation_within_the_top_k_subspace_is_no_angle():
+    u, s, v, w0 = matrix()
+    k = 8
+    a, b = u[:, 0:1], u[:, 1:2]
+    theta = math.radians(20)
+    rot = torch.eye(u.shape[0]) + (math.cos(theta) - 1) * (a @ a.T + b @ b.T) + math.sin(theta) * (b @ a.T - a @ b.T)
+    assert param_drift(w0, rot @ w0, top_k=k)["max_pa_deg"] == pytest.approx(0.0, abs=0.05)
+
+
+def test_sparse_update_inside_or_outside_the_principal_mask():
+    u, s, v, w0 = matrix()
+    k, frac = 8, 0.05
+    u0, s0, vh0 = torch.linalg.svd(w0, full_matrices=False)
+    mask0 = principal_mask(u0[:, :k], s0[:k], vh0[:k], frac)
+    inside = torch.nonzero(mask0)[:10]
+    outside = torch.nonzero(~mask0)[:10]
+    for where, expected in [(inside, 100.0), (outside, 0.0)]:
+        wt = w0.clone()
+        wt[where[:, 0], where[:, 1]] += 1e-3  # small: the masks themselves barely move
+        d = param_drift(w0, wt, top_k=k, mask_frac=frac, tol=1e-5)
+        assert d["n_updated"] == 10
+        assert d["pm_update"] == expected
+        assert d["pm_overlap"] > 95.0
+
+
+def test_small_matrices_use_all_singular_values():
+    w0 = torch.randn(3, 5, generator=torch.Generator().manual_seed(1))
+    d = param_drift(w0, w0 * 2, top_k=32)
+    assert d["top_k"] == 3 and d["nss"] == pytest.approx(1.0, rel=1e-5)
+
+
+def test_bad_shapes():
+    with pytest.raises(ValueError, match="2-D"):
+        param_drift(torch.zeros(3, 3), torch.zeros(3, 4))
