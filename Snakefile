@@ -16,9 +16,11 @@ if not workflow.overwrite_configfiles:
 include: "workflow/rules/common.smk"
 include: "workflow/rules/data.smk"
 include: "workflow/rules/train.smk"
+include: "workflow/rules/drift.smk"
 
 
 rule all:
     default_target: True
     input:
         all_train_outputs(),
+        all_drift_outputs(),

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 
+import pandas as pd
 import pytest
 import torch
 from safetensors.torch import load_file
@@ -40,6 +41,12 @@ def test_every_stage_written(smoke_results):
             assert [row["step"] for row in log] == list(range(1, summary["steps_planned"] + 1))
             assert all("reward" in row and "completion_length" in row and "boxed_per_completion" in row
                        for row in log)
+            drift = pd.read_csv(stage / "drift_params.csv")
+            overall = drift[drift.matrix_type == "all"]
+            assert list(overall.checkpoint) == [str(s) for s in steps] + ["final"]
+            assert set(drift.matrix_type) == {"all", "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
+                                              "down_proj"}
+            assert (overall.pm_overlap_mean <= 100).all() and (overall.nss_mean >= 0).all()
             resolved = json.loads((stage / "resolved_config.json").read_text())
             expected_parent = (str(smoke_results / "base" / "model") if len(chain) == 1
                                else str(smoke_results / "runs" / run.name / "/".join(chain[:-1]) / "model"))

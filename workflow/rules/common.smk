@@ -52,6 +52,10 @@ def all_train_outputs():
     return [stage_path(run, chain, "summary.json") for run, chain in all_stages()]
 
 
+def all_drift_outputs():
+    return [stage_path(run, chain, "drift_params.csv") for run, chain in all_stages()]
+
+
 def parent_model(wildcards):
     """Stage k starts from stage k-1's final model (PyPSA-Eur style chaining), stage 1 from the base."""
     parent = parent_chain(parse_chain(wildcards.chain))

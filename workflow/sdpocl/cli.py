@@ -77,6 +77,19 @@ def cmd_train_stage(a) -> None:
     train_stage(settings, a.parent, a.data, a.out, a.state, threads=a.threads)
 
 
+def cmd_compute_drift(a) -> None:
+    from .drift import stage_param_drift
+
+    rows, summary = stage_param_drift(Path(a.base) / "model.safetensors", Path(a.stage), top_k=a.top_k,
+                                      mask_frac=a.mask_frac, tol=a.tol)
+    rows.to_csv(a.out_matrices, index=False)
+    summary.to_csv(a.out, index=False)
+    final = summary[(summary.matrix_type == "all") & (summary.checkpoint == "final")].iloc[0]
+    print(f"[compute-drift] {a.stage}: {rows.checkpoint.nunique()} checkpoints x {rows.matrix.nunique()} matrices; "
+          f"final NSS {final.nss_mean:.2e}, Max PA {final.max_pa_deg_mean:.2f} deg, "
+          f"PM overlap {final.pm_overlap_mean:.1f}%, PM update {final.pm_update_mean:.1f}%")
+
+
 def cmd_show_grid(a) -> None:
     from .chain import chain_str
     from .config import chains_for, expand_runs, load_config
@@ -118,6 +131,16 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--state", required=True, help="resume-state directory (outside the declared outputs)")
     s.add_argument("--threads", type=int, default=1)
     s.set_defaults(func=cmd_train_stage)
+
+    s = sub.add_parser("compute-drift", help="parameter drift of every checkpoint of a stage against the base")
+    s.add_argument("--base", required=True, help="base model directory")
+    s.add_argument("--stage", required=True, help="stage directory (model/ and checkpoints/step-N/)")
+    s.add_argument("--top-k", type=int, default=32)
+    s.add_argument("--mask-frac", type=float, default=0.05)
+    s.add_argument("--tol", type=float, default=1e-6)
+    s.add_argument("--out", required=True, help="CSV: mean/median/p10/p90 per checkpoint, overall and per matrix type")
+    s.add_argument("--out-matrices", required=True, help="CSV: one row per checkpoint and matrix")
+    s.set_defaults(func=cmd_compute_drift)
 
     s = sub.add_parser("show-grid", help="list the runs and chains a config expands to")
     s.add_argument("--config", required=True)

@@ -67,3 +67,55 @@ def param_drift(w0: torch.Tensor, wt: torch.Tensor, *, top_k: int = 32, mask_fra
         "n_updated": n_updated,
         "top_k": k,
     }
+
+
+#: 2-D weights of the transformer blocks (attention and MLP projections); embeddings and norms excluded.
+BLOCK_MATRIX = r"^model\.layers\.(\d+)\.(self_attn|mlp)\.(\w+_proj)\.weight$"
+
+
+def block_matrices(state_dict: dict) -> dict[str, torch.Tensor]:
+    import re
+
+    rx = re.compile(BLOCK_MATRIX)
+    return {k: v for k, v in state_dict.items() if rx.match(k) and v.dim() == 2}
+
+
+def stage_checkpoints(stage_dir) -> list[tuple[int | str, "Path"]]:
+    """(step, weights file) of every intermediate checkpoint of a stage, then ('final', model)."""
+    from pathlib import Path
+
+    stage_dir = Path(stage_dir)
+    steps = sorted(stage_dir.glob("checkpoints/step-*/model.safetensors"), key=lambda p: int(p.parent.name[5:]))
+    return [(int(p.parent.name[5:]), p) for p in steps] + [("final", stage_dir / "model" / "model.safetensors")]
+
+
+def stage_param_drift(base_weights, stage_dir, *, top_k: int, mask_frac: float, tol: float):
+    """Per (checkpoint, matrix) drift rows of one stage against the base, and their aggregate.
+
+    The base weights are loaded once; each checkpoint once. Returns (rows, summary) DataFrames;
+    the summary has mean, median, p10 and p90 per checkpoint and metric, over all matrices
+    (``matrix_type == "all"``) and per projection type (q_proj, ..., down_proj)."""
+    import pandas as pd
+    from safetensors.torch import load_file
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    base = {k: v.to(device) for k, v in block_matrices(load_file(str(base_weights))).items()}
+    rows = []
+    for step, path in stage_checkpoints(stage_dir):
+        ckpt = block_matrices(load_file(str(path)))
+        missing = sorted(set(base) - set(ckpt))
+        if missing:
+            raise ValueError(f"{path} lacks {len(missing)} block matrices of the base, e.g. {missing[0]}")
+        for name, w0 in base.items():
+            d = param_drift(w0, ckpt[name].to(device), top_k=top_k, mask_frac=mask_frac, tol=tol)
+            rows.append({"checkpoint": str(step), "matrix": name, "matrix_type": name.split(".")[-2], **d})
+    frame = pd.DataFrame(rows)
+    metrics = ["nss", "max_pa_deg", "pm_overlap", "pm_update"]
+    parts = []
+    for matrix_type, grouped in [("all", frame), *frame.groupby("matrix_type")]:
+        g = grouped.groupby("checkpoint", sort=False)[metrics]
+        agg = pd.concat({"mean": g.mean(), "median": g.median(), "p10": g.quantile(0.1), "p90": g.quantile(0.9)},
+                        axis=1)
+        agg.columns = [f"{metric}_{stat}" for stat, metric in agg.columns]
+        parts.append(agg.reset_index().assign(matrix_type=matrix_type))
+    return frame, pd.concat(parts, ignore_index=True)
