@@ -13,6 +13,8 @@ A matrix with fewer than ``top_k`` singular values uses all of them. SVDs run in
 from __future__ import annotations
 
 import math
+import re
+from pathlib import Path
 
 import torch
 
@@ -74,16 +76,12 @@ BLOCK_MATRIX = r"^model\.layers\.(\d+)\.(self_attn|mlp)\.(\w+_proj)\.weight$"
 
 
 def block_matrices(state_dict: dict) -> dict[str, torch.Tensor]:
-    import re
-
     rx = re.compile(BLOCK_MATRIX)
     return {k: v for k, v in state_dict.items() if rx.match(k) and v.dim() == 2}
 
 
-def stage_checkpoints(stage_dir) -> list[tuple[int | str, "Path"]]:
+def stage_checkpoints(stage_dir) -> list[tuple[int | str, Path]]:
     """(step, weights file) of every intermediate checkpoint of a stage, then ('final', model)."""
-    from pathlib import Path
-
     stage_dir = Path(stage_dir)
     steps = sorted(stage_dir.glob("checkpoints/step-*/model.safetensors"), key=lambda p: int(p.parent.name[5:]))
     return [(int(p.parent.name[5:]), p) for p in steps] + [("final", stage_dir / "model" / "model.safetensors")]
