@@ -13,7 +13,6 @@ from sdpocl.config import (
     ConfigError,
     chains_for,
     expand_runs,
-    run_by_name,
     stable_json,
     stage_settings,
     validate_config,
