@@ -56,7 +56,7 @@ def validate_config(config: dict) -> dict:
 
     schema = load_schema()
     # Sub-objects with only defaulted keys may be missing entirely: create them so defaults apply.
-    for key in ("base", "data", "drift"):
+    for key in ("base", "data", "drift", "evaluate", "plots"):
         config.setdefault(key, {})
     validator = _fill_defaults(Draft202012Validator)(schema)
     errors = sorted(validator.iter_errors(config), key=lambda e: (len(e.absolute_path), list(map(str, e.path))))

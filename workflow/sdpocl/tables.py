@@ -1,0 +1,52 @@
+"""Column contracts of the tidy tables under ``results/tables/`` (plots read only these).
+
+Every table starts with the run-identity columns of :data:`RUN_COLUMNS`; the base model's rows
+use ``run="base"``, ``label="Base"``, ``method="base"``, empty alpha/seed, ``chain=""`` and
+``stage=0``. ``chain`` is the domains learned so far joined by ``/`` (``math/science``);
+``continual`` is true when the chain is a prefix of the configured sequence and
+``single_domain`` when it has one domain (``math`` is both).
+
+Sample logs (one per checkpoint and benchmark, ``<stage>/eval/samples/<benchmark>.jsonl``,
+``<results>/base/eval/samples/<benchmark>.jsonl``) hold one JSON line per prompt with the keys of
+:data:`SAMPLE_KEYS`: ``responses``/``scores``/``n_tokens``/``truncated`` are lists with one entry
+per sample (8 by default).
+"""
+
+from __future__ import annotations
+
+RUN_COLUMNS = ["run", "label", "method", "alpha", "seed", "chain", "stage", "domain", "continual",
+               "single_domain"]
+
+SAMPLE_KEYS = ["benchmark", "doc_id", "prompt", "answer", "responses", "scores", "n_tokens", "truncated"]
+
+ARTIFACT_COLUMNS = ["boxed_per_response", "multi_boxed_share", "ngram_repeat", "truncation_rate", "mean_length"]
+
+#: results/tables/eval.csv — one row per (checkpoint, benchmark)
+EVAL_COLUMNS = RUN_COLUMNS + [
+    "checkpoint",        # "final" (or "step-N" when intermediate checkpoints are evaluated)
+    "benchmark", "kind",  # kind: "in-domain" | "ood"
+    "bench_domain",      # the training domain a benchmark belongs to (OOD: the nearest one)
+    "acc", "stderr", "n_prompts", "n_samples",
+    *ARTIFACT_COLUMNS,
+    "base_acc", "relperf", "gain", "forgetting",
+]
+
+#: results/tables/teacher_stability.csv — paper Table 1
+TEACHER_STABILITY_COLUMNS = ["teacher", "run", "method", "alpha", "seed", "benchmark", "acc", "stderr"]
+
+#: results/tables/drift_params.csv — per-stage drift_params.csv rows plus identity and position
+DRIFT_PARAM_COLUMNS = RUN_COLUMNS + ["checkpoint", "point", "point_index", "matrix_type"] + [
+    f"{m}_{s}" for s in ("mean", "median", "p10", "p90") for m in ("nss", "max_pa_deg", "pm_overlap", "pm_update")
+]
+
+#: results/tables/drift_responses.csv — one row per (checkpoint, benchmark, prompt)
+DRIFT_RESPONSE_COLUMNS = RUN_COLUMNS + ["benchmark", "kind", "doc_id", "similarity"]
+
+#: results/tables/domain_mmd.csv — every ordered pair of datasets (diagonal included)
+DOMAIN_MMD_COLUMNS = ["dataset_a", "role_a", "dataset_b", "role_b", "mmd", "bandwidth"]
+
+#: results/tables/tsne.csv — one row per embedded prompt
+TSNE_COLUMNS = ["dataset", "role", "index", "x", "y"]
+
+#: dataset roles in domain_mmd / tsne
+ROLES = ("train", "in-domain", "ood")
