@@ -16,6 +16,7 @@ if not workflow.overwrite_configfiles:
 include: "workflow/rules/common.smk"
 include: "workflow/rules/data.smk"
 include: "workflow/rules/train.smk"
+include: "workflow/rules/evaluate.smk"
 include: "workflow/rules/drift.smk"
 
 
@@ -24,3 +25,4 @@ rule all:
     input:
         all_train_outputs(),
         all_drift_outputs(),
+        f"{RESULTS}/tables/eval.csv",

@@ -17,6 +17,8 @@ from sdpocl.config import (
     stage_settings,
     validate_config,
 )
+from sdpocl.aggregate import BASE_META
+from sdpocl.benchmarks import OOD_GENERATORS, benchmarks_for
 from sdpocl.domains import DOMAINS
 
 try:
@@ -29,6 +31,10 @@ RUNS = {run.name: run for run in expand_runs(config)}
 TINY = config["preset"] == "tiny"
 BASE_MODEL = f"{RESULTS}/base/model" if TINY else config["base"]["model"]
 THREADS = config["train"]["threads"]
+BENCHMARK_NAMES = benchmarks_for(config)
+VARIANT_RUNS = [name for name, run in RUNS.items() if run.cot or run.mask_prob > 0]
+#: what a changed value of must re-evaluate: sampling, limits and the chat template
+EVAL_SETTINGS = stable_json({**config["evaluate"], "chat_template": not TINY})
 
 
 wildcard_constraints:
@@ -36,6 +42,9 @@ wildcard_constraints:
     chain=CHAIN_REGEX,
     domain="|".join(DOMAINS),
     split="train|test",
+    bench="|".join(OOD_GENERATORS),
+    benchmark="|".join(re.escape(b) for b in BENCHMARK_NAMES),
+    ckpt=r"final|step-\d+",
 
 
 def all_stages():
@@ -53,6 +62,41 @@ def all_train_outputs():
 
 def all_drift_outputs():
     return [stage_path(run, chain, "drift_params.csv") for run, chain in all_stages()]
+
+
+def eval_checkpoints(run, chain):
+    """Checkpoints evaluated per stage: the final model, plus every intermediate one if configured."""
+    if not config["evaluate"]["intermediate"]:
+        return ["final"]
+    steps, every = config["train"]["steps"][parse_chain(chain)[-1]], config["train"]["save_every"]
+    return [f"step-{s}" for s in range(every, steps, every)] + ["final"]
+
+
+def all_eval_outputs():
+    return [stage_path(run, chain, f"eval/{ckpt}/scores.json")
+            for run, chain in all_stages() for ckpt in eval_checkpoints(run, chain)]
+
+
+def eval_task_files():
+    return [f"{RESULTS}/eval_tasks/{b}.yaml" for b in BENCHMARK_NAMES]
+
+
+def eval_model_input(wildcards):
+    leaf = "model" if wildcards.ckpt == "final" else "checkpoints"
+    return stage_path(wildcards.run, wildcards.chain, leaf)
+
+
+def eval_model_path(wildcards):
+    if wildcards.ckpt == "final":
+        return stage_path(wildcards.run, wildcards.chain, "model")
+    return stage_path(wildcards.run, wildcards.chain, f"checkpoints/{wildcards.ckpt}")
+
+
+def eval_meta(wildcards):
+    """Identity of an evaluated checkpoint (wildcards only, so Snakemake tracks it)."""
+    run = RUNS[wildcards.run]
+    return stable_json({"run": run.name, "label": run.label, "method": run.method, "alpha": run.alpha,
+                        "seed": run.seed, "chain": wildcards.chain, "checkpoint": wildcards.ckpt})
 
 
 def parent_model(wildcards):

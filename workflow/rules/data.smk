@@ -18,19 +18,11 @@ rule prepare_data:
 
 
 rule build_base:
-    input:
-        test=expand(f"{RESULTS}/data/{{domain}}/test.jsonl", domain=config["domains"]),
     output:
         model=directory(f"{RESULTS}/base/model"),
         report=f"{RESULTS}/base/report.json",
     params:
-        settings=stable_json(
-            {
-                "base": config["base"],
-                "data": config["data"],
-                "max_completion_length": config["train"]["max_completion_length"],
-            }
-        ),
+        settings=stable_json({"base": config["base"], "data": config["data"]}),
     threads: max(1, workflow.cores)
     log:
         f"{RESULTS}/logs/build_base.log",
@@ -39,5 +31,5 @@ rule build_base:
     conda:
         "../../envs/sdpocl.yaml"
     shell:
-        "sdpocl build-base --settings {params.settings:q} --test-data {input.test} "
+        "sdpocl build-base --settings {params.settings:q} "
         "--out {output.model} --report {output.report} --threads {threads} > {log} 2>&1"

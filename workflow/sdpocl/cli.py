@@ -34,27 +34,52 @@ def cmd_prepare_data(a) -> None:
 
 
 def cmd_build_base(a) -> None:
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     from .base import build_base
-    from .sampling import domain_accuracy
-    from .train import load_jsonl
 
     cfg = json.loads(a.settings)
     summary = build_base(cfg["base"], cfg["data"], Path(a.out), threads=a.threads)
-    model = AutoModelForCausalLM.from_pretrained(a.out, dtype=torch.float32)
-    tok = AutoTokenizer.from_pretrained(a.out)
-    acc = {}
-    for path in a.test_data:
-        records = load_jsonl(path)[: cfg["base"]["eval_prompts"]]
-        domain = records[0]["domain"]
-        res = domain_accuracy(model, tok, records, domain, n=8,
-                              max_new_tokens=cfg["max_completion_length"].get(domain, 48), seed=cfg["base"]["seed"])
-        acc[domain] = res["acc"]
-        print(f"[build-base] base Acc@8 {domain}: {res['acc']:.3f}  e.g. {res['example']!r}", flush=True)
-    summary["acc_at_8"] = acc
     Path(a.report).write_text(json.dumps(summary, indent=2))
+
+
+def cmd_prepare_benchmark(a) -> None:
+    from .benchmarks import generate_ood
+
+    records = generate_ood(a.name, a.n, a.seed)
+    _write_jsonl(Path(a.out), records)
+    print(f"[prepare-benchmark] {len(records)} {a.name} records -> {a.out}")
+
+
+def cmd_write_eval_task(a) -> None:
+    from .lm_eval_task import write_task_yaml
+
+    s = json.loads(a.settings)
+    write_task_yaml(Path(a.out), a.benchmark, a.data, repeats=s["samples"], temperature=s["temperature"],
+                    top_p=s["top_p"], max_gen_toks=s["max_gen_toks"])
+    print(f"[write-eval-task] {a.benchmark} -> {a.out}")
+
+
+def cmd_evaluate(a) -> None:
+    from .evaluate import evaluate_model
+
+    evaluate_model(a.model, a.tasks, a.benchmarks, a.out, settings=json.loads(a.settings),
+                   meta=json.loads(a.meta) if a.meta else None, threads=a.threads, hub_model=a.hub_model)
+
+
+def cmd_aggregate_eval(a) -> None:
+    from .aggregate import eval_table, teacher_stability
+
+    table = eval_table(a.scores, domains=a.domains)
+    _write_csv(table, a.out)
+    _write_csv(teacher_stability(table, first_domain=a.domains[0], variant_runs=set(a.variant_runs)), a.out_teacher)
+    print(f"[aggregate-eval] {len(table)} rows from {len(a.scores)} checkpoints -> {a.out}")
+
+
+def _write_csv(df, path) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    df.to_csv(tmp, index=False)
+    tmp.replace(path)
 
 
 def _stage_settings_from_config(a) -> dict:
@@ -112,13 +137,45 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--out", required=True)
     s.set_defaults(func=cmd_prepare_data)
 
-    s = sub.add_parser("build-base", help="train the tokenizer and SFT-warm the tiny base model; report Acc@8")
-    s.add_argument("--settings", required=True, help="JSON with base, data and max_completion_length")
-    s.add_argument("--test-data", nargs="+", required=True, help="test JSONL files, one per domain")
+    s = sub.add_parser("build-base", help="train the tokenizer and SFT-warm the tiny base model")
+    s.add_argument("--settings", required=True, help="JSON with base and data settings")
     s.add_argument("--out", required=True, help="model directory")
-    s.add_argument("--report", required=True, help="JSON report with the base accuracy per domain")
+    s.add_argument("--report", required=True, help="JSON report (sizes, SFT loss)")
     s.add_argument("--threads", type=int, default=2)
     s.set_defaults(func=cmd_build_base)
+
+    s = sub.add_parser("prepare-benchmark", help="write one OOD benchmark of the tiny preset as JSONL")
+    s.add_argument("--name", required=True)
+    s.add_argument("--n", type=int, required=True)
+    s.add_argument("--seed", type=int, required=True)
+    s.add_argument("--out", required=True)
+    s.set_defaults(func=cmd_prepare_benchmark)
+
+    s = sub.add_parser("write-eval-task", help="write the lm-eval task YAML of one benchmark")
+    s.add_argument("--benchmark", required=True)
+    s.add_argument("--data", required=True, help="benchmark JSONL (common schema)")
+    s.add_argument("--settings", required=True, help="evaluate settings JSON (samples, temperature, top_p, ...)")
+    s.add_argument("--out", required=True, help="task YAML")
+    s.set_defaults(func=cmd_write_eval_task)
+
+    s = sub.add_parser("evaluate", help="Acc@k of one checkpoint on every benchmark (lm-eval-harness)")
+    s.add_argument("--model", required=True, help="checkpoint directory (or hub id with --hub-model)")
+    s.add_argument("--hub-model", action="store_true", help="--model is a hub id, not a local directory")
+    s.add_argument("--tasks", required=True, help="directory of lm-eval task YAMLs")
+    s.add_argument("--benchmarks", nargs="+", required=True)
+    s.add_argument("--settings", required=True, help="evaluate settings JSON")
+    s.add_argument("--meta", help="JSON identifying the checkpoint (run, method, alpha, seed, chain)")
+    s.add_argument("--out", required=True, help="output directory (scores.json, samples/)")
+    s.add_argument("--threads", type=int, default=1)
+    s.set_defaults(func=cmd_evaluate)
+
+    s = sub.add_parser("aggregate-eval", help="tidy eval table (RelPerf, gain, forgetting) + teacher stability")
+    s.add_argument("--scores", nargs="+", required=True, help="scores.json files (the base model's included)")
+    s.add_argument("--domains", nargs="+", required=True, help="the continual sequence")
+    s.add_argument("--out", required=True, help="eval.csv")
+    s.add_argument("--out-teacher", required=True, help="teacher_stability.csv")
+    s.add_argument("--variant-runs", nargs="*", default=[], help="runs left out of Table 1 (CoT, masking)")
+    s.set_defaults(func=cmd_aggregate_eval)
 
     s = sub.add_parser("train-stage", help="train one stage of one run from its parent checkpoint")
     s.add_argument("--settings", help="stage settings JSON (as the workflow passes them)")

@@ -1,0 +1,105 @@
+"""evaluate-checkpoint: Acc@k of every stage checkpoint (and the base) on every benchmark, via lm-eval."""
+
+
+rule prepare_benchmark:
+    output:
+        f"{RESULTS}/data/{{bench}}/test.jsonl",
+    params:
+        n=config["evaluate"]["ood_size"],
+        seed=config["data"]["seed"],
+    log:
+        f"{RESULTS}/logs/prepare_benchmark/{{bench}}.log",
+    conda:
+        "../../envs/sdpocl.yaml"
+    shell:
+        "sdpocl prepare-benchmark --name {wildcards.bench} --n {params.n} --seed {params.seed} --out {output} > {log} 2>&1"
+
+
+rule write_eval_task:
+    input:
+        data=f"{RESULTS}/data/{{benchmark}}/test.jsonl",
+    output:
+        f"{RESULTS}/eval_tasks/{{benchmark}}.yaml",
+    params:
+        settings=EVAL_SETTINGS,
+    log:
+        f"{RESULTS}/logs/write_eval_task/{{benchmark}}.log",
+    conda:
+        "../../envs/sdpocl.yaml"
+    shell:
+        "sdpocl write-eval-task --benchmark {wildcards.benchmark} --data {input.data} "
+        "--settings {params.settings:q} --out {output} > {log} 2>&1"
+
+
+rule evaluate_checkpoint:
+    input:
+        model=eval_model_input,
+        tasks=eval_task_files(),
+    output:
+        scores=f"{RESULTS}/runs/{{run}}/{{chain}}/eval/{{ckpt}}/scores.json",
+        samples=directory(f"{RESULTS}/runs/{{run}}/{{chain}}/eval/{{ckpt}}/samples"),
+    params:
+        model=eval_model_path,
+        meta=eval_meta,
+        settings=EVAL_SETTINGS,
+        benchmarks=BENCHMARK_NAMES,
+        out=lambda wc: stage_path(wc.run, wc.chain, f"eval/{wc.ckpt}"),
+    threads: THREADS
+    resources:
+        mem_mb=3000,
+    log:
+        f"{RESULTS}/logs/evaluate/{{run}}/{{chain}}/{{ckpt}}.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/evaluate/{{run}}/{{chain}}/{{ckpt}}.tsv"
+    conda:
+        "../../envs/sdpocl.yaml"
+    shell:
+        "sdpocl evaluate --model {params.model} --tasks {RESULTS}/eval_tasks --benchmarks {params.benchmarks} "
+        "--settings {params.settings:q} --meta {params.meta:q} --out {params.out} --threads {threads} > {log} 2>&1"
+
+
+rule evaluate_base:
+    input:
+        model=[BASE_MODEL] if TINY else [],  # the paper preset names a hub model, not a file
+        tasks=eval_task_files(),
+    output:
+        scores=f"{RESULTS}/base/eval/scores.json",
+        samples=directory(f"{RESULTS}/base/eval/samples"),
+    params:
+        model=BASE_MODEL,
+        hub="" if TINY else "--hub-model",
+        meta=stable_json(BASE_META),
+        settings=EVAL_SETTINGS,
+        benchmarks=BENCHMARK_NAMES,
+    threads: THREADS
+    resources:
+        mem_mb=3000,
+    log:
+        f"{RESULTS}/logs/evaluate/base.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/evaluate/base.tsv"
+    conda:
+        "../../envs/sdpocl.yaml"
+    shell:
+        "sdpocl evaluate --model {params.model} {params.hub} --tasks {RESULTS}/eval_tasks "
+        "--benchmarks {params.benchmarks} --settings {params.settings:q} --meta {params.meta:q} "
+        "--out {RESULTS}/base/eval --threads {threads} > {log} 2>&1"
+
+
+rule aggregate_eval:
+    input:
+        base=f"{RESULTS}/base/eval/scores.json",
+        scores=all_eval_outputs(),
+    output:
+        eval=f"{RESULTS}/tables/eval.csv",
+        teacher=f"{RESULTS}/tables/teacher_stability.csv",
+    params:
+        domains=config["domains"],
+        variants=VARIANT_RUNS,
+    log:
+        f"{RESULTS}/logs/aggregate_eval.log",
+    conda:
+        "../../envs/sdpocl.yaml"
+    shell:
+        "sdpocl aggregate-eval --scores {input.base} {input.scores} --domains {params.domains} "
+        "--variant-runs {params.variants} --out {output.eval} --out-teacher {output.teacher} > {log} 2>&1"

@@ -1,0 +1,87 @@
+"""Tidy tables from per-checkpoint results: eval.csv (with RelPerf / gain / forgetting against the
+base model, PAPER.md "Evaluation") and teacher_stability.csv (paper Table 1)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from .benchmarks import benchmark
+from .tables import EVAL_COLUMNS, TEACHER_STABILITY_COLUMNS
+
+BASE_META = {"run": "base", "label": "Base", "method": "base", "alpha": None, "seed": None, "chain": ""}
+
+
+def identity(meta: dict, domains: list[str]) -> dict:
+    """The RUN_COLUMNS of one checkpoint from its metadata (chain "" = the base model)."""
+    chain = [d for d in (meta.get("chain") or "").split("/") if d]
+    return {
+        "run": meta["run"], "label": meta.get("label", meta["run"]), "method": meta["method"],
+        "alpha": meta.get("alpha"), "seed": meta.get("seed"), "chain": "/".join(chain), "stage": len(chain),
+        "domain": chain[-1] if chain else "base",
+        "continual": bool(chain) and chain == list(domains[: len(chain)]),
+        "single_domain": len(chain) == 1,
+    }
+
+
+def relative_performance(acc: pd.Series, base_acc: pd.Series) -> pd.Series:
+    """RelPerf = 100 (Acc - Acc_base) / Acc_base; undefined (NaN) where the base scores 0."""
+    base = base_acc.where(base_acc > 0)
+    return 100.0 * (acc - base) / base
+
+
+def eval_table(score_files: list[str | Path], *, domains: list[str]) -> pd.DataFrame:
+    """One row per (checkpoint, benchmark) with Acc@k, stderr, artifacts, RelPerf, gain, forgetting."""
+    rows = []
+    for path in score_files:
+        doc = json.loads(Path(path).read_text())
+        meta = doc["meta"]
+        ident = identity(meta, domains)
+        for name, s in doc["benchmarks"].items():
+            b = benchmark(name)
+            rows.append({**ident, "checkpoint": meta.get("checkpoint", "final"), "benchmark": name,
+                         "kind": b.kind, "bench_domain": b.bench_domain, **s})
+    df = pd.DataFrame(rows)
+    if df.empty:
+        return pd.DataFrame(columns=EVAL_COLUMNS)
+    base = df[df.method == "base"].set_index("benchmark")["acc"]
+    if base.index.duplicated().any():
+        raise ValueError("more than one base-model score file among the inputs")
+    missing = sorted(set(df.benchmark) - set(base.index))
+    if missing:
+        raise ValueError(f"no base-model score for benchmark(s) {', '.join(missing)}: RelPerf needs them")
+    df["base_acc"] = df.benchmark.map(base)
+    df["relperf"] = relative_performance(df.acc, df.base_acc)
+    df["gain"] = df.relperf.clip(lower=0)
+    df["forgetting"] = (-df.relperf).clip(lower=0)
+    df = df.sort_values(["method", "run", "stage", "chain", "kind", "benchmark"], kind="stable")
+    return df[EVAL_COLUMNS].reset_index(drop=True)
+
+
+def teacher_label(method: str, alpha) -> str | None:
+    if method == "base":
+        return "Base"
+    if method == "stable_sdpo":
+        return "StableSDPO"
+    if method == "sdpo":
+        return "Frozen" if not alpha else f"EMA {alpha * 100:g}%"
+    return None
+
+
+def teacher_stability(table: pd.DataFrame, *, first_domain: str, variant_runs: set[str] = frozenset()) -> pd.DataFrame:
+    """Table 1: in-domain Acc@k on the first domain after the first stage, per teacher kind.
+
+    Plain SDPO / StableSDPO runs only: ``variant_runs`` (CoT, token masking, ...) are left out.
+    """
+    sel = table[(table.benchmark == first_domain)
+                & ((table.method == "base") | (table.chain == first_domain))
+                & ~table.run.isin(variant_runs)].copy()
+    sel["teacher"] = [teacher_label(m, a) for m, a in zip(sel.method, sel.alpha)]
+    sel = sel[sel.teacher.notna()]
+    order = {"Base": 0, "Frozen": 1, "StableSDPO": 3}
+    sel["_o"] = [order.get(t, 2) for t in sel.teacher]
+    sel = sel.sort_values(["_o", "alpha", "seed"], na_position="first")
+    return sel[TEACHER_STABILITY_COLUMNS].reset_index(drop=True)
+

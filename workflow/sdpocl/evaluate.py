@@ -1,0 +1,165 @@
+"""evaluate-checkpoint: Acc@k of one model on every benchmark through lm-eval-harness.
+
+lm-eval samples ``k`` responses per prompt and scores them with the tasks of
+:mod:`sdpocl.lm_eval_task` (training rewards); this module picks the backend, runs
+``simple_evaluate`` once for all benchmarks, and writes
+
+* ``scores.json`` — per benchmark: Acc@k, its stderr over prompts, and the artifact metrics;
+* ``samples/<benchmark>.jsonl`` — every prompt with its k responses, scores, token counts and
+  truncation flags (they feed response drift and the artifact metrics).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from pathlib import Path
+
+from .artifacts import artifact_metrics
+from .lm_eval_task import FILTER, score_samples, task_name
+
+
+def check_model_dir(path: str | Path) -> Path:
+    """A loadable local checkpoint, or a clear error naming what is missing."""
+    p = Path(path)
+    if not p.is_dir():
+        raise FileNotFoundError(f"checkpoint not found: {p} is not a directory")
+    if not (p / "config.json").exists():
+        raise FileNotFoundError(f"checkpoint {p} has no config.json: not a transformers model directory")
+    return p
+
+
+def choose_backend(requested: str) -> str:
+    """``auto`` = vLLM when it is installed and a GPU is visible, else transformers (HF)."""
+    if requested != "auto":
+        return requested
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            import vllm  # noqa: F401  (the optional ``gpu`` extra)
+
+            return "vllm"
+    except ImportError:
+        pass
+    return "hf"
+
+
+def make_lm(model: str, backend: str, *, batch_size: int, max_gen_toks: int, seed: int):
+    """An lm-eval model: HFLM around an in-memory transformers model, or lm-eval's vLLM backend."""
+    if backend == "vllm":
+        try:
+            from lm_eval.models.vllm_causallms import VLLM
+        except ImportError as exc:  # pragma: no cover - GPU path
+            raise RuntimeError("evaluate.backend is 'vllm' but vLLM is not installed: "
+                               "pip install -e '.[gpu]' on a GPU machine, or set evaluate.backend: hf") from exc
+        return VLLM(pretrained=model, dtype="bfloat16", seed=seed, max_gen_toks=max_gen_toks,
+                    gpu_memory_utilization=0.85)  # pragma: no cover
+    import torch
+    from lm_eval.models.huggingface import HFLM
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    cuda = torch.cuda.is_available()
+    dtype = torch.bfloat16 if cuda else torch.float32
+    hf_model = AutoModelForCausalLM.from_pretrained(model, dtype=dtype).to("cuda" if cuda else "cpu")
+    tok = AutoTokenizer.from_pretrained(model)
+    return HFLM(pretrained=hf_model, tokenizer=tok, batch_size=batch_size, max_gen_toks=max_gen_toks,
+                device="cuda" if cuda else "cpu")
+
+
+def _token_counter(model: str):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(model)
+    return lambda text: len(tok(text, add_special_tokens=False)["input_ids"])
+
+
+def sample_records(benchmark: str, samples: list[dict], count_tokens, max_gen_toks: int) -> list[dict]:
+    """lm-eval's logged samples -> one sample-log record per prompt (tables.SAMPLE_KEYS)."""
+    out = []
+    for s in sorted(samples, key=lambda s: s["doc_id"]):
+        resps = s["filtered_resps"][0] if s["filtered_resps"] and isinstance(s["filtered_resps"][0], list) \
+            else list(s["filtered_resps"])
+        n_tok = [count_tokens(r) for r in resps]
+        out.append({
+            "benchmark": benchmark,
+            "doc_id": s["doc_id"],
+            "prompt": s["doc"]["prompt"],
+            "answer": s["doc"].get("answer", ""),
+            "responses": list(resps),
+            "scores": score_samples(s["doc"], list(resps)),  # memoised: lm-eval already scored them
+            "n_tokens": n_tok,
+            # re-tokenised length; a response that used the whole budget never reached EOS
+            "truncated": [n >= max_gen_toks for n in n_tok],
+        })
+    return out
+
+
+def summarize(records: list[dict]) -> dict:
+    """Acc@k (mean over samples, then prompts), stderr over prompts, artifact metrics."""
+    per_prompt = [sum(r["scores"]) / len(r["scores"]) for r in records if r["scores"]]
+    n = len(per_prompt)
+    acc = sum(per_prompt) / n if n else float("nan")
+    var = sum((x - acc) ** 2 for x in per_prompt) / (n - 1) if n > 1 else float("nan")
+    flat = [(resp, nt, tr) for r in records for resp, nt, tr in zip(r["responses"], r["n_tokens"], r["truncated"])]
+    arts = artifact_metrics([f[0] for f in flat], [f[1] for f in flat], [f[2] for f in flat])
+    return {"acc": acc, "stderr": math.sqrt(var / n) if n > 1 else float("nan"), "n_prompts": n,
+            "n_samples": len(records[0]["responses"]) if records else 0, **arts}
+
+
+def _write_jsonl(path: Path, records: list[dict]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text("".join(json.dumps(r) + "\n" for r in records))
+    tmp.replace(path)
+
+
+def evaluate_model(model: str | Path, task_dir: str | Path, benchmarks: list[str], out_dir: str | Path, *,
+                   settings: dict, meta: dict | None = None, threads: int | None = None,
+                   hub_model: bool = False) -> dict:
+    """Score ``model`` on ``benchmarks`` (task YAMLs in ``task_dir``); write scores + sample logs.
+
+    ``model`` is a local checkpoint directory, or a hub id when ``hub_model`` (paper base model).
+    """
+    model = str(model) if hub_model else str(check_model_dir(model))
+    out_dir = Path(out_dir)
+    os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+    import torch
+    from lm_eval import simple_evaluate
+    from lm_eval.tasks import TaskManager
+
+    if threads:
+        torch.set_num_threads(threads)
+    backend = choose_backend(settings["backend"])
+    k, max_gen = settings["samples"], settings["max_gen_toks"]
+    t0 = time.time()
+    lm = make_lm(model, backend, batch_size=settings["batch_size"], max_gen_toks=max_gen, seed=settings["seed"])
+    tm = TaskManager(include_path=str(task_dir), include_defaults=False)
+    missing = [b for b in benchmarks if task_name(b) not in tm.all_tasks]
+    if missing:
+        raise FileNotFoundError(f"no lm-eval task for benchmark(s) {', '.join(missing)} in {task_dir}")
+    seed = settings["seed"]
+    print(f"[evaluate] {model} ({backend}): {len(benchmarks)} benchmarks x {settings['n_prompts'] or 'all'} "
+          f"prompts x {k} samples", flush=True)
+    res = simple_evaluate(model=lm, tasks=[task_name(b) for b in benchmarks], task_manager=tm,
+                          limit=settings["n_prompts"], log_samples=True, random_seed=seed,
+                          numpy_random_seed=seed, torch_random_seed=seed, fewshot_random_seed=seed,
+                          apply_chat_template=bool(settings.get("chat_template", False)))
+    count_tokens = _token_counter(model)
+    scores: dict = {}
+    for b in benchmarks:
+        records = sample_records(b, res["samples"][task_name(b)], count_tokens, max_gen)
+        _write_jsonl(out_dir / "samples" / f"{b}.jsonl", records)
+        scores[b] = summarize(records)
+        lm_acc = res["results"][task_name(b)][f"acc,{FILTER}"]
+        if not math.isclose(lm_acc, scores[b]["acc"], abs_tol=1e-9):
+            raise RuntimeError(f"{b}: lm-eval Acc {lm_acc} differs from the sample log's {scores[b]['acc']}")
+        print(f"[evaluate] {b}: Acc@{k} {scores[b]['acc']:.3f} ± {scores[b]['stderr']:.3f}", flush=True)
+    doc = {"meta": {**(meta or {}), "model": model, "backend": backend, "seconds": round(time.time() - t0, 2),
+                    "settings": settings}, "benchmarks": scores}
+    tmp = out_dir / "scores.json.tmp"
+    tmp.write_text(json.dumps(doc, indent=1))
+    tmp.replace(out_dir / "scores.json")
+    return doc
