@@ -11,3 +11,15 @@ ROOT = Path(__file__).resolve().parents[1]
 def smoke_config():
     """A fresh, unvalidated copy of config/smoke.yaml."""
     return copy.deepcopy(yaml.safe_load((ROOT / "config" / "smoke.yaml").read_text()))
+
+
+@pytest.fixture(scope="session")
+def smoke_results(tmp_path_factory):
+    """config/smoke.yaml run once through the whole workflow (train, eval, drift, tables, figures)
+    with profiles/local; shared by the end-to-end tests, which must not modify it except to
+    re-create what they delete."""
+    from workflow_utils import snakemake
+
+    results = tmp_path_factory.mktemp("smoke") / "results"
+    snakemake("--profile", "profiles/local", results=results)
+    return results

@@ -1,4 +1,4 @@
-"""End to end: config/smoke.yaml through every train-stage job, then resume after a kill."""
+"""End to end: config/smoke.yaml through every train-stage job (the session's smoke run), then resume after a kill."""
 
 from __future__ import annotations
 
@@ -16,13 +16,6 @@ from sdpocl.config import chains_for, expand_runs, load_config, run_by_name, sta
 from workflow_utils import BIN, ROOT, scheduled_jobs, snakemake
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def smoke_results(tmp_path_factory):
-    results = tmp_path_factory.mktemp("smoke") / "results"
-    snakemake("--profile", "profiles/local", results=results)
-    return results
 
 
 def test_every_stage_written(smoke_results):

@@ -1,6 +1,7 @@
 """Config validation, the grid, path helpers and wildcard constraints."""
 
 import re
+import shlex
 import sys
 from pathlib import Path
 
@@ -17,10 +18,10 @@ from sdpocl.config import (
     stage_settings,
     validate_config,
 )
-from sdpocl.aggregate import BASE_META
 from sdpocl.benchmarks import OOD_GENERATORS, benchmarks_for
+from sdpocl.loaders import OOD_BENCHMARKS as PAPER_OOD
 from sdpocl.domains import DOMAINS
-from sdpocl.tables import FIGURE_CATEGORIES, FIGURE_TABLES
+from sdpocl.tables import BASE_META, FIGURE_CATEGORIES, FIGURE_TABLES
 
 try:
     validate_config(config)
@@ -34,6 +35,8 @@ BASE_MODEL = f"{RESULTS}/base/model" if TINY else config["base"]["model"]
 THREADS = config["train"]["threads"]
 BENCHMARK_NAMES = benchmarks_for(config)
 VARIANT_RUNS = [name for name, run in RUNS.items() if run.cot or run.mask_prob > 0]
+#: paper preset: local mirrors of the hub sources, if configured
+DATA_SOURCES = "" if not config["data"]["sources"] else f"--sources {shlex.quote(stable_json(config['data']['sources']))}"
 #: what a changed value of must re-evaluate: sampling, limits and the chat template
 EVAL_SETTINGS = stable_json({**config["evaluate"], "chat_template": not TINY})
 
@@ -43,7 +46,7 @@ wildcard_constraints:
     chain=CHAIN_REGEX,
     domain="|".join(DOMAINS),
     split="train|test",
-    bench="|".join(OOD_GENERATORS),
+    bench="|".join([*OOD_GENERATORS, *PAPER_OOD]),
     benchmark="|".join(re.escape(b) for b in BENCHMARK_NAMES),
     ckpt=r"final|step-\d+",
 

@@ -8,13 +8,14 @@ rule prepare_data:
         n=lambda wc: config["data"]["train_size" if wc.split == "train" else "test_size"],
         seed=config["data"]["seed"],
         preset=config["preset"],
+        sources=DATA_SOURCES,
     log:
         f"{RESULTS}/logs/prepare_data/{{domain}}_{{split}}.log",
     conda:
         "../../envs/sdpocl.yaml"
     shell:
         "sdpocl prepare-data --preset {params.preset} --domain {wildcards.domain} --split {wildcards.split} "
-        "--n {params.n} --seed {params.seed} --out {output} > {log} 2>&1"
+        "--n {params.n} --seed {params.seed} {params.sources} --out {output} > {log} 2>&1"
 
 
 rule build_base:

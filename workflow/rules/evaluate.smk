@@ -7,12 +7,15 @@ rule prepare_benchmark:
     params:
         n=config["evaluate"]["ood_size"],
         seed=config["data"]["seed"],
+        preset=config["preset"],
+        sources=DATA_SOURCES,
     log:
         f"{RESULTS}/logs/prepare_benchmark/{{bench}}.log",
     conda:
         "../../envs/sdpocl.yaml"
     shell:
-        "sdpocl prepare-benchmark --name {wildcards.bench} --n {params.n} --seed {params.seed} --out {output} > {log} 2>&1"
+        "sdpocl prepare-benchmark --preset {params.preset} --name {wildcards.bench} --n {params.n} --seed {params.seed} "
+        "{params.sources} --out {output} > {log} 2>&1"
 
 
 rule write_eval_task:

@@ -22,13 +22,26 @@ def _write_jsonl(path: Path, records: list[dict]) -> None:
     tmp.replace(path)
 
 
-def cmd_prepare_data(a) -> None:
-    from .domains import generate
+def _paper_records(sources: list[str], split: str, a) -> list[dict]:
+    from .loaders import load_records
 
-    if a.preset != "tiny":
-        raise ValueError(f"prepare-data for the {a.preset!r} preset (hub datasets) is not implemented yet; "
-                         "only the offline 'tiny' preset can be prepared")
-    records = generate(a.domain, a.split, a.n, a.seed)
+    files = json.loads(a.sources) if a.sources else {}
+    records = []
+    for name in sources:
+        records += load_records(name, split, seed=a.seed, n=a.n, data_files=files.get(name))
+    return records
+
+
+def cmd_prepare_data(a) -> None:
+    if a.preset == "paper":  # hub datasets (or local mirrors) through sdpocl.loaders
+        from .loaders import IN_DOMAIN_EVAL, TRAINING_SETS
+
+        sources = [TRAINING_SETS[a.domain]] if a.split == "train" else [s for s, _ in IN_DOMAIN_EVAL[a.domain]]
+        records = _paper_records(sources, a.split, a)
+    else:
+        from .domains import generate
+
+        records = generate(a.domain, a.split, a.n, a.seed)
     _write_jsonl(Path(a.out), records)
     print(f"[prepare-data] {len(records)} {a.domain}/{a.split} records -> {a.out}")
 
@@ -42,9 +55,12 @@ def cmd_build_base(a) -> None:
 
 
 def cmd_prepare_benchmark(a) -> None:
-    from .benchmarks import generate_ood
+    if a.preset == "paper":
+        records = _paper_records([a.name], "test", a)
+    else:
+        from .benchmarks import generate_ood
 
-    records = generate_ood(a.name, a.n, a.seed)
+        records = generate_ood(a.name, a.n, a.seed)
     _write_jsonl(Path(a.out), records)
     print(f"[prepare-benchmark] {len(records)} {a.name} records -> {a.out}")
 
@@ -172,12 +188,13 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="sdpocl", description=__doc__.split("\n")[0])
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    s = sub.add_parser("prepare-data", help="write one domain split of the tiny preset as JSONL")
+    s = sub.add_parser("prepare-data", help="write one domain split as JSONL (tiny generator or paper loader)")
     s.add_argument("--preset", default="tiny", choices=["tiny", "paper"])
     s.add_argument("--domain", required=True)
     s.add_argument("--split", required=True, choices=["train", "test"])
-    s.add_argument("--n", type=int, required=True)
+    s.add_argument("--n", type=int, help="records (tiny: required; paper: a seeded subsample, default all)")
     s.add_argument("--seed", type=int, required=True)
+    s.add_argument("--sources", help="paper preset: JSON {source: local data files} instead of the hub")
     s.add_argument("--out", required=True)
     s.set_defaults(func=cmd_prepare_data)
 
@@ -188,10 +205,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--threads", type=int, default=2)
     s.set_defaults(func=cmd_build_base)
 
-    s = sub.add_parser("prepare-benchmark", help="write one OOD benchmark of the tiny preset as JSONL")
+    s = sub.add_parser("prepare-benchmark", help="write one OOD benchmark as JSONL (tiny generator or paper loader)")
+    s.add_argument("--preset", default="tiny", choices=["tiny", "paper"])
     s.add_argument("--name", required=True)
-    s.add_argument("--n", type=int, required=True)
+    s.add_argument("--n", type=int, help="records (tiny: required; paper: default all)")
     s.add_argument("--seed", type=int, required=True)
+    s.add_argument("--sources", help="paper preset: JSON {source: local data files} instead of the hub")
     s.add_argument("--out", required=True)
     s.set_defaults(func=cmd_prepare_benchmark)
 

@@ -17,6 +17,9 @@ from __future__ import annotations
 RUN_COLUMNS = ["run", "label", "method", "alpha", "seed", "chain", "stage", "domain", "continual",
                "single_domain"]
 
+#: identity of the base model's evaluation
+BASE_META = {"run": "base", "label": "Base", "method": "base", "alpha": None, "seed": None, "chain": ""}
+
 SAMPLE_KEYS = ["benchmark", "doc_id", "prompt", "answer", "responses", "scores", "n_tokens", "truncated"]
 
 ARTIFACT_COLUMNS = ["boxed_per_response", "multi_boxed_share", "ngram_repeat", "truncation_rate", "mean_length"]

@@ -70,6 +70,19 @@ def trainer_kwargs(settings: dict, output_dir: str, use_cpu: bool) -> dict:
     )
 
 
+def rollout_kwargs(use_cpu: bool) -> dict:
+    """vLLM rollouts (TRL's colocated engine) on a GPU when the ``gpu`` extra is installed;
+    transformers' generate otherwise. ``SDPOCL_ROLLOUTS=hf`` forces generate."""
+    if use_cpu or os.environ.get("SDPOCL_ROLLOUTS", "auto") == "hf":
+        return {}
+    try:
+        import vllm  # noqa: F401
+    except ImportError:
+        return {}
+    return {"use_vllm": True, "vllm_mode": "colocate",
+            "vllm_gpu_memory_utilization": float(os.environ.get("SDPOCL_VLLM_MEMORY", "0.3"))}
+
+
 def boxed_count(completions, **kwargs) -> list[float]:
     """Zero-weight 'reward' so TRL logs the mean \\boxed count per completion each step."""
     from .rewards import boxed_count as count
@@ -226,6 +239,7 @@ def train_stage(settings: dict, parent: str | Path, data: str | Path, out_dir: s
         kwargs["max_prompt_length"] = settings["max_prompt_length"]
         kwargs["max_reprompt_len"] = settings["max_prompt_length"] * 2
     kwargs["model_init_kwargs"] = {"dtype": "float32" if use_cpu else "bfloat16"}
+    kwargs.update(rollout_kwargs(use_cpu))
     args = config_cls(**kwargs)
 
     tokenizer = AutoTokenizer.from_pretrained(parent)

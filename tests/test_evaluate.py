@@ -1,0 +1,221 @@
+"""evaluate-checkpoint units: lm-eval tasks from local files, Acc@8 over all samples, artifact
+metrics, the tidy table's RelPerf / gain / forgetting, Table 1, and clear errors."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+
+import pandas as pd
+import pytest
+
+from sdpocl.aggregate import eval_table, relative_performance, teacher_stability
+from sdpocl.artifacts import artifact_metrics, ngram_repeat_rate
+from sdpocl.benchmarks import BENCHMARKS, OOD_GENERATORS, generate_ood
+from sdpocl.evaluate import check_model_dir, summarize
+from sdpocl.lm_eval_task import process_results, task_name, write_task_yaml
+from sdpocl.rewards import reward_for
+from sdpocl.tables import EVAL_COLUMNS
+from workflow_utils import BIN
+
+RIGHT, WRONG = " <think>2+3=5</think> \\boxed{5}", " <think>2+3=6</think> \\boxed{6}"
+
+
+def _math_file(tmp_path, n=3):
+    recs = [{"prompt": f"Compute {a}+3.\n\nPlease reason step by step, and put your final answer within \\boxed{{}}.",
+             "answer": "5", "tests": [], "domain": "math", "dataset": "toy", "solution": ""} for a in range(2, 2 + n)]
+    path = tmp_path / "toy.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    return path
+
+
+def _task(tmp_path, k=8):
+    write_task_yaml(tmp_path / "tasks" / "toy.yaml", "toy", _math_file(tmp_path), repeats=k, temperature=0.6,
+                    top_p=0.95, max_gen_toks=16)
+    return tmp_path / "tasks"
+
+
+def test_task_yaml_loads_from_local_files_offline(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    from lm_eval.tasks import TaskManager, get_task_dict
+
+    tm = TaskManager(include_path=str(_task(tmp_path)), include_defaults=False)
+    assert task_name("toy") in tm.all_tasks
+    task = get_task_dict([task_name("toy")], tm)[task_name("toy")]
+    docs = list(task.test_docs())
+    assert len(docs) == 3 and docs[0]["answer"] == "5"
+    assert task.config.repeats == 8
+    assert task.config.generation_kwargs["temperature"] == 0.6 and task.config.generation_kwargs["top_p"] == 0.95
+
+
+class _FirstRightLM:
+    """A fake lm-eval model: the first sample of every prompt is right, the other seven wrong."""
+
+    def __new__(cls):
+        from lm_eval.api.model import LM
+
+        class Fake(LM):
+            def __init__(self):
+                super().__init__()
+                self.seen: dict[str, int] = {}
+
+            def generate_until(self, requests, disable_tqdm=False):
+                out = []
+                for req in requests:
+                    ctx = req.args[0]
+                    out.append(RIGHT if self.seen.get(ctx, 0) == 0 else WRONG)
+                    self.seen[ctx] = self.seen.get(ctx, 0) + 1
+                return out
+
+            def loglikelihood(self, requests, disable_tqdm=False):  # pragma: no cover - unused
+                raise NotImplementedError
+
+            def loglikelihood_rolling(self, requests, disable_tqdm=False):  # pragma: no cover - unused
+                raise NotImplementedError
+
+        return Fake()
+
+
+def test_acc_at_8_scores_every_sample_not_just_the_first(tmp_path):
+    from lm_eval import simple_evaluate
+    from lm_eval.tasks import TaskManager
+
+    tm = TaskManager(include_path=str(_task(tmp_path)), include_defaults=False)
+    res = simple_evaluate(model=_FirstRightLM(), tasks=[task_name("toy")], task_manager=tm, log_samples=True)
+    acc = res["results"][task_name("toy")]["acc,all_samples"]
+    assert acc == pytest.approx(1 / 8)
+    samples = res["samples"][task_name("toy")]
+    assert all(len(s["filtered_resps"][0]) == 8 for s in samples)
+
+
+def test_process_results_is_the_mean_over_samples():
+    doc = {"prompt": "p", "answer": "5", "tests": [], "domain": "math"}
+    assert process_results(doc, [[RIGHT, WRONG, WRONG, RIGHT]]) == {"acc": 0.5}
+    assert process_results(doc, [[WRONG] * 8]) == {"acc": 0.0}
+
+
+def test_summarize_acc_and_stderr_over_prompts():
+    recs = [{"responses": ["a"] * 4, "scores": s, "n_tokens": [3] * 4, "truncated": [False] * 4}
+            for s in ([1, 1, 1, 1], [0, 0, 0, 0], [1, 0, 1, 0])]
+    out = summarize(recs)
+    assert out["acc"] == pytest.approx(0.5)
+    assert out["stderr"] == pytest.approx(math.sqrt(((0.5 ** 2) * 2 + 0) / 2 / 3))
+    assert out["n_prompts"] == 3 and out["n_samples"] == 4
+
+
+def test_artifact_metrics_on_hand_written_responses():
+    responses = ["\\boxed{1} \\boxed{1} \\boxed{1}", "\\boxed{2}", "no answer", "a b c d a b c d"]
+    m = artifact_metrics(responses, n_tokens=[10, 4, 64, 8], truncated=[False, False, True, False])
+    assert m["boxed_per_response"] == pytest.approx((3 + 1 + 0 + 0) / 4)
+    assert m["multi_boxed_share"] == pytest.approx(1 / 4)
+    assert m["truncation_rate"] == pytest.approx(1 / 4)
+    assert m["mean_length"] == pytest.approx(86 / 4)
+    assert ngram_repeat_rate("a b c d a b c d") == pytest.approx(1 - 4 / 5)
+    assert ngram_repeat_rate("one two three four five") == 0.0
+    assert m["ngram_repeat"] > 0
+
+
+def _scores(tmp_path, name, meta, accs):
+    path = tmp_path / f"{name}.json"
+    path.write_text(json.dumps({"meta": meta, "benchmarks": {
+        b: {"acc": a, "stderr": 0.01, "n_prompts": 10, "n_samples": 8, "boxed_per_response": 1.0,
+            "multi_boxed_share": 0.0, "ngram_repeat": 0.0, "truncation_rate": 0.0, "mean_length": 20.0}
+        for b, a in accs.items()}}))
+    return path
+
+
+def test_relperf_gain_forgetting_on_a_hand_made_table(tmp_path):
+    base = _scores(tmp_path, "base", {"run": "base", "label": "Base", "method": "base", "chain": ""},
+                   {"math": 0.4, "science": 0.5, "logic_grid": 0.0})
+    run = {"run": "sdpo_a0_s0", "label": "SDPO_0", "method": "sdpo", "alpha": 0.0, "seed": 0}
+    s1 = _scores(tmp_path, "s1", {**run, "chain": "math"}, {"math": 0.6, "science": 0.4, "logic_grid": 0.1})
+    s2 = _scores(tmp_path, "s2", {**run, "chain": "math/science"}, {"math": 0.3, "science": 0.5, "logic_grid": 0.0})
+    single = _scores(tmp_path, "s3", {**run, "chain": "science"}, {"math": 0.4, "science": 0.55, "logic_grid": 0.0})
+    df = eval_table([base, s1, s2, single], domains=["math", "science", "tooluse", "code"])
+    assert list(df.columns) == EVAL_COLUMNS and len(df) == 12
+    row = df[(df.chain == "math") & (df.benchmark == "math")].iloc[0]
+    assert row.relperf == pytest.approx(50.0) and row.gain == pytest.approx(50.0) and row.forgetting == 0
+    assert row.stage == 1 and row.continual and row.single_domain and row.kind == "in-domain"
+    row = df[(df.chain == "math/science") & (df.benchmark == "math")].iloc[0]
+    assert row.relperf == pytest.approx(-25.0) and row.forgetting == pytest.approx(25.0) and row.gain == 0
+    assert row.stage == 2 and row.continual and not row.single_domain and row.domain == "science"
+    row = df[(df.chain == "science") & (df.benchmark == "science")].iloc[0]
+    assert not row.continual and row.single_domain and row.relperf == pytest.approx(10.0)
+    # a base accuracy of 0 leaves RelPerf undefined rather than infinite
+    assert df[df.benchmark == "logic_grid"].relperf.isna().all()
+    assert (df[df.benchmark == "logic_grid"].kind == "ood").all()
+    assert df[df.method == "base"].relperf.fillna(0).eq(0).all()
+
+
+def test_relative_performance_formula():
+    out = relative_performance(pd.Series([0.2, 0.5, 0.1]), pd.Series([0.4, 0.5, 0.0]))
+    assert out.iloc[0] == pytest.approx(-50.0) and out.iloc[1] == 0 and math.isnan(out.iloc[2])
+
+
+def test_missing_base_score_is_a_clear_error(tmp_path):
+    s1 = _scores(tmp_path, "s1", {"run": "grpo_s0", "label": "GRPO", "method": "grpo", "chain": "math"}, {"math": 0.5})
+    base = _scores(tmp_path, "base", {"run": "base", "label": "Base", "method": "base", "chain": ""}, {"science": 0.5})
+    with pytest.raises(ValueError, match="no base-model score for benchmark.*math"):
+        eval_table([base, s1], domains=["math"])
+
+
+def test_teacher_stability_table(tmp_path):
+    base = _scores(tmp_path, "base", {"run": "base", "label": "Base", "method": "base", "chain": ""}, {"math": 0.3})
+    files = [base]
+    for name, method, alpha, acc in [("sdpo_a0_s0", "sdpo", 0.0, 0.6), ("sdpo_a0.05_s0", "sdpo", 0.05, 0.35),
+                                     ("stable-sdpo_a0.05_s0", "stable_sdpo", 0.05, 0.55), ("grpo_s0", "grpo", None, 0.4),
+                                     ("sdpo-cot_a0_s0", "sdpo", 0.0, 0.5)]:
+        for chain in ("math", "math/science"):
+            files.append(_scores(tmp_path, f"{name}_{chain.replace('/', '_')}",
+                                 {"run": name, "label": name, "method": method, "alpha": alpha, "seed": 0,
+                                  "chain": chain}, {"math": acc if chain == "math" else 0.0}))
+    table = eval_table(files, domains=["math", "science"])
+    t1 = teacher_stability(table, first_domain="math", variant_runs={"sdpo-cot_a0_s0"})
+    assert list(t1.teacher) == ["Base", "Frozen", "EMA 5%", "StableSDPO"]
+    assert list(t1.acc) == pytest.approx([0.3, 0.6, 0.35, 0.55])
+
+
+def test_benchmarks_cover_six_ood_sets_with_training_rewards():
+    ood = [b for b in BENCHMARKS.values() if b.kind == "ood"]
+    assert len(ood) >= 6
+    assert {b.distance for b in ood} == {"near", "intermediate", "far"}
+    for name in OOD_GENERATORS:
+        a, b = generate_ood(name, 20, 0), generate_ood(name, 20, 0)
+        assert a == b and len({r["prompt"] for r in a}) == 20
+        assert generate_ood(name, 20, 1) != a
+        assert all(r["dataset"] == name and r["domain"] == BENCHMARKS[name].reward for r in a)
+        reward_for(a[0]["domain"])  # scored by a training reward
+
+
+def test_ood_references_score_one_with_the_training_rewards():
+    for name, answer_format in [("arith_words", "\\boxed{{{}}}"), ("science_reworded", "<answer>{}</answer>"),
+                                ("logic_grid", "<answer>{}</answer>"), ("knowledge_mc", "<answer>{}</answer>")]:
+        recs = generate_ood(name, 5, 0)
+        scores = reward_for(recs[0]["domain"])([answer_format.format(r["answer"]) for r in recs],
+                                               answer=[r["answer"] for r in recs])
+        assert scores == [1.0] * 5, name
+    recs = generate_ood("tool_schema2", 5, 0)
+    calls = []
+    for r in recs:
+        ref = json.loads(r["answer"])
+        calls.append(f"Action: {ref['actions'][0]}\nAction Input: {json.dumps(ref['input'])}")
+    assert reward_for("tooluse")(calls, answer=[r["answer"] for r in recs]) == [1.0] * 5
+
+
+def test_bad_checkpoint_path_is_a_clear_error_and_keeps_earlier_results(tmp_path):
+    with pytest.raises(FileNotFoundError, match="checkpoint not found"):
+        check_model_dir(tmp_path / "nope")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(FileNotFoundError, match="no config.json"):
+        check_model_dir(tmp_path / "empty")
+    out = tmp_path / "eval"
+    out.mkdir()
+    (out / "scores.json").write_text("earlier")
+    proc = subprocess.run([str(BIN / "sdpocl"), "evaluate", "--model", str(tmp_path / "nope"), "--tasks",
+                           str(tmp_path), "--benchmarks", "math", "--settings", "{}", "--out", str(out)],
+                          capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert "checkpoint not found" in proc.stderr and str(tmp_path / "nope") in proc.stderr
+    assert (out / "scores.json").read_text() == "earlier"
