@@ -56,3 +56,28 @@ def test_fingerprint_depends_on_settings_and_parent():
     assert a == fingerprint({"steps": 5, "lr": 1e-4}, "/m")
     assert a != fingerprint({"lr": 2e-4, "steps": 5}, "/m")
     assert a != fingerprint({"lr": 1e-4, "steps": 5}, "/other")
+
+
+def test_multi_gpu_processes_split_the_global_batch(monkeypatch, smoke_config):
+    from sdpocl.config import expand_runs, stage_settings, validate_config
+    from sdpocl.train import trainer_kwargs
+
+    cfg = validate_config(smoke_config)
+    settings = stage_settings(cfg, expand_runs(cfg)[0], ("math",))
+    settings.update(prompts_per_step=32, num_generations=8)
+    assert trainer_kwargs(settings, "/tmp/x", True)["per_device_train_batch_size"] == 256
+    monkeypatch.setenv("WORLD_SIZE", "4")  # accelerate launch with 4 GPUs: 4 x 64 = 32 prompts x 8 samples
+    assert trainer_kwargs(settings, "/tmp/x", False)["per_device_train_batch_size"] == 64
+    monkeypatch.setenv("WORLD_SIZE", "3")
+    import pytest
+
+    with pytest.raises(ValueError, match="cannot be split over 3 GPUs"):
+        trainer_kwargs(settings, "/tmp/x", False)
+
+
+def test_rollouts_use_vllm_only_on_a_gpu_with_vllm(monkeypatch):
+    from sdpocl.train import rollout_kwargs
+
+    assert rollout_kwargs(use_cpu=True) == {}
+    monkeypatch.setenv("SDPOCL_ROLLOUTS", "hf")
+    assert rollout_kwargs(use_cpu=False) == {}

@@ -150,8 +150,33 @@ def _stage_settings_from_config(a) -> dict:
     return stage_settings(config, run_by_name(config, a.run), parse_chain(a.chain))
 
 
+def _relaunch_on_gpus(argv: list[str]) -> int | None:
+    """A job that sees several GPUs (Slurm exports its allocation) re-runs itself under
+    ``accelerate launch`` with one process per GPU; returns its exit code, or None for 1 GPU / CPU."""
+    import os
+    import subprocess
+
+    if "LOCAL_RANK" in os.environ:
+        return None
+    import torch
+
+    n = torch.cuda.device_count()
+    if n <= 1:
+        return None
+    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--num_processes", str(n), "--mixed_precision",
+           "bf16", "-m", "sdpocl.cli", *argv]
+    print(f"[train-stage] {n} GPUs visible: {' '.join(cmd)}", flush=True)
+    return subprocess.call(cmd)
+
+
 def cmd_train_stage(a) -> None:
     from .train import train_stage
+
+    code = _relaunch_on_gpus(a.argv)
+    if code is not None:
+        if code:
+            raise SystemExit(code)
+        return
 
     if a.settings:
         settings = json.loads(a.settings)
@@ -310,7 +335,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser().parse_args(argv)
+    args.argv = argv
     try:
         args.func(args)
     except (ValueError, FileNotFoundError) as exc:

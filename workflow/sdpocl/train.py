@@ -37,10 +37,13 @@ def fingerprint(settings: dict, parent: str) -> str:
 def trainer_kwargs(settings: dict, output_dir: str, use_cpu: bool) -> dict:
     """Map a stage's settings onto TRL config fields (shared by GRPO and SDPO)."""
     per_step = settings["prompts_per_step"] * settings["num_generations"]
+    world = int(os.environ.get("WORLD_SIZE", "1"))  # accelerate launch: one process per GPU
+    if per_step % world:
+        raise ValueError(f"{per_step} completions per step cannot be split over {world} GPUs")
     return dict(
         output_dir=output_dir,
         max_steps=settings["steps"],
-        per_device_train_batch_size=per_step,
+        per_device_train_batch_size=per_step // world,  # the global batch stays prompts x samples
         gradient_accumulation_steps=1,
         num_generations=settings["num_generations"],
         max_completion_length=settings["max_completion_length"],
@@ -217,11 +220,13 @@ def train_stage(settings: dict, parent: str | Path, data: str | Path, out_dir: s
     # Resume state is valid only for exactly these settings and this parent.
     fp = fingerprint(settings, parent.resolve())
     fp_file = state_dir / "fingerprint"
-    if state_dir.exists() and (not fp_file.exists() or fp_file.read_text() != fp):
+    main_process = int(os.environ.get("RANK", "0")) == 0  # under accelerate launch only rank 0 writes
+    if main_process and state_dir.exists() and (not fp_file.exists() or fp_file.read_text() != fp):
         print(f"[{tag}] discarding stale resume state in {state_dir}", flush=True)
         shutil.rmtree(state_dir)
     state_dir.mkdir(parents=True, exist_ok=True)
-    fp_file.write_text(fp)
+    if main_process:
+        fp_file.write_text(fp)
     resume = last_complete_checkpoint(state_dir)
 
     records = load_jsonl(data)
@@ -274,7 +279,10 @@ def train_stage(settings: dict, parent: str | Path, data: str | Path, out_dir: s
         diverged = f"non-finite weights at step {trainer.state.global_step + 1}: {str(exc).splitlines()[0]}"
         print(f"[{tag}] {diverged}: stopping this stage", flush=True)
 
-    # --- declared outputs ---
+    # --- declared outputs (rank 0 only in a multi-GPU job) ---
+    trainer.accelerator.wait_for_everyone()
+    if not trainer.accelerator.is_main_process:
+        return {}
     out_dir.mkdir(parents=True, exist_ok=True)
     model = trainer.model
     finite = all(torch.isfinite(p).all() for p in model.parameters())
