@@ -52,3 +52,37 @@ def stage_wildcards(dry_run_output: str, rule: str = "train_stage") -> list[tupl
             if m:
                 out.append((m.group(1).strip(), m.group(2).strip()))
     return out
+
+
+def dry_run_jobs(dry_run_output: str) -> list[dict]:
+    """Every job block of a dry run (``snakemake -n``) as ``{"rule", "wildcards", "reason"}``:
+    ``wildcards`` is a dict (empty for rules without wildcards), ``reason`` the job's reason line."""
+    jobs = []
+    for block in re.split(r"\n(?=rule |localrule )", dry_run_output):
+        m = re.match(r"(?:local)?rule (\w+):\n", block)
+        if not m:
+            continue
+        wildcards: dict[str, str] = {}
+        wc = re.search(r"^\s+wildcards: (.+)$", block, re.M)
+        if wc:
+            for item in wc.group(1).split(", "):
+                key, _, value = item.partition("=")
+                wildcards[key.strip()] = value.strip()
+        reason = re.search(r"^\s+reason: (.+)$", block, re.M)
+        jobs.append({"rule": m.group(1), "wildcards": wildcards, "reason": reason.group(1) if reason else ""})
+    return jobs
+
+
+def job_wildcards(dry_run_output: str, rule: str) -> list[dict[str, str]]:
+    """The wildcards of every job of ``rule`` listed in a dry run (e.g. ``{"run": ..., "chain": ...,
+    "ckpt": ...}`` for evaluate_checkpoint, ``{"run": ...}`` for response_drift)."""
+    return [job["wildcards"] for job in dry_run_jobs(dry_run_output) if job["rule"] == rule]
+
+
+def describe_jobs(dry_run_output: str, limit: int = 40) -> str:
+    """One line per scheduled job (rule, wildcards, reason) for assertion messages."""
+    lines = []
+    for job in dry_run_jobs(dry_run_output)[:limit]:
+        wc = ", ".join(f"{k}={v}" for k, v in job["wildcards"].items())
+        lines.append(f"{job['rule']}({wc}): {job['reason'][:300]}")
+    return "\n".join(lines)

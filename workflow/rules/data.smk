@@ -23,7 +23,7 @@ rule build_base:
         model=directory(f"{RESULTS}/base/model"),
         report=f"{RESULTS}/base/report.json",
     params:
-        settings=stable_json({"base": config["base"], "data": config["data"]}),
+        settings=stable_json({"base": config["base"], "data": {"seed": config["data"]["seed"]}}),  # what build_base reads
     threads: max(1, workflow.cores)
     log:
         f"{RESULTS}/logs/build_base.log",
