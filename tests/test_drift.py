@@ -84,3 +84,33 @@ def test_small_matrices_use_all_singular_values():
 def test_bad_shapes():
     with pytest.raises(ValueError, match="2-D"):
         param_drift(torch.zeros(3, 3), torch.zeros(3, 4))
+
+
+def test_batched_stage_drift_equals_per_matrix_param_drift(tmp_path):
+    from safetensors.torch import save_file
+
+    from sdpocl.drift import param_drift, stage_param_drift
+
+    g = torch.Generator().manual_seed(0)
+    names = [f"model.layers.{i}.{part}.weight" for i in range(3)
+             for part in ("self_attn.q_proj", "self_attn.k_proj", "mlp.down_proj")]
+    shapes = {"q_proj": (16, 16), "k_proj": (8, 16), "down_proj": (16, 24)}
+    base = {n: torch.randn(*shapes[n.split(".")[-2]], generator=g) for n in names}
+    base["model.embed_tokens.weight"] = torch.randn(10, 16, generator=g)  # not a block matrix: ignored
+    save_file(base, str(tmp_path / "base.safetensors"))
+    stage = tmp_path / "stage"
+    ckpts = {}
+    for step in (2, "final"):
+        w = {n: t + 0.01 * torch.randn(t.shape, generator=g) for n, t in base.items()}
+        d = stage / ("model" if step == "final" else f"checkpoints/step-{step}")
+        d.mkdir(parents=True)
+        save_file(w, str(d / "model.safetensors"))
+        ckpts[str(step)] = w
+    rows, summary = stage_param_drift(tmp_path / "base.safetensors", stage, top_k=4, mask_frac=0.1, tol=1e-6)
+    assert len(rows) == 2 * len(names) and set(rows.matrix) == set(names)
+    for r in rows.itertuples():
+        want = param_drift(base[r.matrix], ckpts[r.checkpoint][r.matrix], top_k=4, mask_frac=0.1, tol=1e-6)
+        assert r.nss == pytest.approx(want["nss"], rel=1e-4, abs=1e-7)
+        assert r.max_pa_deg == pytest.approx(want["max_pa_deg"], rel=1e-3, abs=1e-3)
+        assert r.pm_overlap == pytest.approx(want["pm_overlap"]) and r.pm_update == pytest.approx(want["pm_update"])
+    assert set(summary.matrix_type) == {"all", "q_proj", "k_proj", "down_proj"}

@@ -19,11 +19,6 @@ from pathlib import Path
 import torch
 
 
-def _top_k_svd(w: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    u, s, vh = torch.linalg.svd(w, full_matrices=False)
-    return u[:, :k], s[:k], vh[:k, :], s
-
-
 def principal_mask(u_k: torch.Tensor, s_k: torch.Tensor, vh_k: torch.Tensor, mask_frac: float) -> torch.Tensor:
     """Boolean mask of the top ``mask_frac`` entries (by magnitude) of the rank-k reconstruction."""
     recon = (u_k * s_k) @ vh_k
@@ -44,31 +39,59 @@ def max_principal_angle_deg(u0: torch.Tensor, ut: torch.Tensor) -> float:
     return math.degrees(math.asin(sin_max))
 
 
-def param_drift(w0: torch.Tensor, wt: torch.Tensor, *, top_k: int = 32, mask_frac: float = 0.05,
-                tol: float = 1e-6) -> dict:
-    """Drift metrics of ``wt`` against ``w0`` (2-D tensors of one shape); see the module docstring."""
+def _check(w0: torch.Tensor, wt: torch.Tensor, mask_frac: float) -> None:
     if w0.dim() != 2 or w0.shape != wt.shape:
         raise ValueError(f"param_drift needs two 2-D tensors of one shape, got {tuple(w0.shape)} and {tuple(wt.shape)}")
     if not 0 < mask_frac <= 1:
         raise ValueError(f"mask_frac must be in (0, 1], got {mask_frac}")
-    w0, wt = w0.detach().float(), wt.detach().float()
-    k = max(1, min(top_k, min(w0.shape)))
-    u0, s0k, vh0, s0 = _top_k_svd(w0, k)
-    ut, stk, vht, st = _top_k_svd(wt, k)
 
-    nss = (torch.linalg.vector_norm(st - s0) / torch.linalg.vector_norm(s0).clamp(min=1e-30)).item()
-    mask0 = principal_mask(u0, s0k, vh0, mask_frac)
-    maskt = principal_mask(ut, stk, vht, mask_frac)
-    updated = (wt - w0).abs() > tol
+
+def decompose(ws: torch.Tensor, top_k: int, mask_frac: float) -> list[dict]:
+    """Batched float32 SVD of a stack of same-shape matrices (B, m, n): per matrix the singular
+    values, the top-k left singular vectors and the principal mask (computed once per base matrix)."""
+    ws = ws.detach().float()
+    k = max(1, min(top_k, min(ws.shape[-2:])))
+    u, s, vh = torch.linalg.svd(ws, full_matrices=False)
+    return [{"s": s[i], "u_k": u[i, :, :k], "mask": principal_mask(u[i, :, :k], s[i, :k], vh[i, :k, :], mask_frac),
+             "k": k} for i in range(ws.shape[0])]
+
+
+def drift_metrics(w0: torch.Tensor, wt: torch.Tensor, d0: dict, dt: dict, tol: float) -> dict:
+    """The four drift metrics from two decompositions (see :func:`decompose`)."""
+    nss = (torch.linalg.vector_norm(dt["s"] - d0["s"]) / torch.linalg.vector_norm(d0["s"]).clamp(min=1e-30)).item()
+    updated = (wt.float() - w0.float()).abs() > tol
     n_updated = int(updated.sum())
     return {
         "nss": nss,
-        "max_pa_deg": max_principal_angle_deg(u0, ut),
-        "pm_overlap": 100.0 * (mask0 & maskt).sum().item() / mask0.sum().item(),
-        "pm_update": 100.0 * (updated & mask0).sum().item() / n_updated if n_updated else 0.0,
+        "max_pa_deg": max_principal_angle_deg(d0["u_k"], dt["u_k"]),
+        "pm_overlap": 100.0 * (d0["mask"] & dt["mask"]).sum().item() / d0["mask"].sum().item(),
+        "pm_update": 100.0 * (updated & d0["mask"]).sum().item() / n_updated if n_updated else 0.0,
         "n_updated": n_updated,
-        "top_k": k,
+        "top_k": d0["k"],
     }
+
+
+def param_drift(w0: torch.Tensor, wt: torch.Tensor, *, top_k: int = 32, mask_frac: float = 0.05,
+                tol: float = 1e-6) -> dict:
+    """Drift metrics of ``wt`` against ``w0`` (2-D tensors of one shape); see the module docstring."""
+    _check(w0, wt, mask_frac)
+    d0, dt = decompose(torch.stack([w0.detach(), wt.detach()]), top_k, mask_frac)
+    return drift_metrics(w0.detach(), wt.detach(), d0, dt, tol)
+
+
+def _by_shape(mats: dict[str, torch.Tensor]) -> dict[tuple, list[str]]:
+    groups: dict[tuple, list[str]] = {}
+    for name, w in mats.items():
+        groups.setdefault(tuple(w.shape), []).append(name)
+    return groups
+
+
+def batched_decompositions(mats: dict[str, torch.Tensor], top_k: int, mask_frac: float) -> dict[str, dict]:
+    """:func:`decompose` of every matrix, one batched SVD per distinct shape (e.g. all q_proj)."""
+    out = {}
+    for names in _by_shape(mats).values():
+        out.update(zip(names, decompose(torch.stack([mats[n] for n in names]), top_k, mask_frac)))
+    return out
 
 
 #: 2-D weights of the transformer blocks (attention and MLP projections); embeddings and norms excluded.
@@ -96,16 +119,21 @@ def stage_param_drift(base_weights, stage_dir, *, top_k: int, mask_frac: float, 
     import pandas as pd
     from safetensors.torch import load_file
 
+    if not 0 < mask_frac <= 1:
+        raise ValueError(f"mask_frac must be in (0, 1], got {mask_frac}")
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    base = {k: v.to(device) for k, v in block_matrices(load_file(str(base_weights))).items()}
+    base = {k: v.to(device).float() for k, v in block_matrices(load_file(str(base_weights))).items()}
+    base_dec = batched_decompositions(base, top_k, mask_frac)  # the base is decomposed once per job
     rows = []
     for step, path in stage_checkpoints(stage_dir):
         ckpt = block_matrices(load_file(str(path)))
         missing = sorted(set(base) - set(ckpt))
         if missing:
             raise ValueError(f"{path} lacks {len(missing)} block matrices of the base, e.g. {missing[0]}")
+        ckpt = {name: ckpt[name].to(device).float() for name in base}
+        ckpt_dec = batched_decompositions(ckpt, top_k, mask_frac)
         for name, w0 in base.items():
-            d = param_drift(w0, ckpt[name].to(device), top_k=top_k, mask_frac=mask_frac, tol=tol)
+            d = drift_metrics(w0, ckpt[name], base_dec[name], ckpt_dec[name], tol)
             rows.append({"checkpoint": str(step), "matrix": name, "matrix_type": name.split(".")[-2], **d})
     frame = pd.DataFrame(rows)
     metrics = ["nss", "max_pa_deg", "pm_overlap", "pm_update"]
