@@ -91,3 +91,14 @@ def test_evaluation_is_deterministic(smoke_results, tmp_path):
         assert (tmp_path / "samples" / f"{b}.jsonl").read_text() == \
             (smoke_results / "base" / "eval" / "samples" / f"{b}.jsonl").read_text()
         assert again[b] == first[b]
+
+
+def test_report_holds_every_figure_with_its_caption(smoke_results, tmp_path):
+    from workflow_utils import snakemake
+
+    report = tmp_path / "report.html"
+    snakemake("--report", str(report), results=smoke_results)
+    html = report.read_text(errors="replace")
+    for fig in FIGURE_TABLES:
+        assert f"{fig}.png" in html, fig
+    assert "Domain distance" in html and "Continual learning" in html  # report categories

@@ -24,7 +24,7 @@ rule build_base:
         report=f"{RESULTS}/base/report.json",
     params:
         settings=stable_json({"base": config["base"], "data": {"seed": config["data"]["seed"]}}),  # what build_base reads
-    threads: max(1, workflow.cores)
+    threads: 2  # fixed, not `workflow.cores`: the same base on every machine, and --report needs no --cores
     log:
         f"{RESULTS}/logs/build_base.log",
     benchmark:
