@@ -1,5 +1,6 @@
 """Config validation, the grid, path helpers and wildcard constraints."""
 
+import os
 import re
 import shlex
 import sys

@@ -91,10 +91,11 @@ rule aggregate_drift:
         responses=f"{RESULTS}/tables/drift_responses.csv",
     params:
         grid=DRIFT_GRID,
+        results=lambda wc: RESULTS,
     log:
         f"{RESULTS}/logs/aggregate_drift.log",
     conda:
         "../../envs/sdpocl.yaml"
     shell:
-        "sdpocl aggregate-drift --params {input.params} --responses {input.responses} --results {RESULTS} "
+        "sdpocl aggregate-drift --params {input.params} --responses {input.responses} --results {params.results} "
         "--grid {params.grid:q} --out-params {output.params} --out-responses {output.responses} > {log} 2>&1"

@@ -46,7 +46,8 @@ rule evaluate_checkpoint:
         meta=eval_meta,
         settings=EVAL_SETTINGS,
         benchmarks=BENCHMARK_NAMES,
-        out=lambda wc: stage_path(wc.run, wc.chain, f"eval/{wc.ckpt}"),
+        out=lambda wc, output: os.path.dirname(output.scores),
+        tasks=lambda wc, input: os.path.dirname(input.tasks[0]),
     threads: THREADS
     resources:
         mem_mb=3000,
@@ -57,7 +58,7 @@ rule evaluate_checkpoint:
     conda:
         "../../envs/sdpocl.yaml"
     shell:
-        "sdpocl evaluate --model {params.model} --tasks {RESULTS}/eval_tasks --benchmarks {params.benchmarks} "
+        "sdpocl evaluate --model {params.model} --tasks {params.tasks} --benchmarks {params.benchmarks} "
         "--settings {params.settings:q} --meta {params.meta:q} --out {params.out} --threads {threads} > {log} 2>&1"
 
 
@@ -69,7 +70,9 @@ rule evaluate_base:
         scores=f"{RESULTS}/base/eval/scores.json",
         samples=directory(f"{RESULTS}/base/eval/samples"),
     params:
-        model=BASE_MODEL,
+        model=lambda wc: BASE_MODEL,
+        out=lambda wc, output: os.path.dirname(output.scores),
+        tasks=lambda wc, input: os.path.dirname(input.tasks[0]),
         hub="" if TINY else "--hub-model",
         meta=stable_json(BASE_META),
         settings=EVAL_SETTINGS,
@@ -84,9 +87,9 @@ rule evaluate_base:
     conda:
         "../../envs/sdpocl.yaml"
     shell:
-        "sdpocl evaluate --model {params.model} {params.hub} --tasks {RESULTS}/eval_tasks "
+        "sdpocl evaluate --model {params.model} {params.hub} --tasks {params.tasks} "
         "--benchmarks {params.benchmarks} --settings {params.settings:q} --meta {params.meta:q} "
-        "--out {RESULTS}/base/eval --threads {threads} > {log} 2>&1"
+        "--out {params.out} --threads {threads} > {log} 2>&1"
 
 
 rule aggregate_eval:

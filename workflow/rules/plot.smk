@@ -24,10 +24,12 @@ for _figure, _tables in FIGURE_TABLES.items():
         params:
             figure=_figure,
             style=stable_json(config["plots"]),
+            tables=lambda wc, input: os.path.dirname(input[0]),
+            out=lambda wc, output: os.path.dirname(output[0]),
         log:
             f"{RESULTS}/logs/plot/{_figure}.log",
         conda:
             "../../envs/sdpocl.yaml"
         shell:
-            "sdpocl plot-figure --figure {params.figure} --tables {RESULTS}/tables --style {params.style:q} "
-            "--out {RESULTS}/figures > {log} 2>&1"
+            "sdpocl plot-figure --figure {params.figure} --tables {params.tables} --style {params.style:q} "
+            "--out {params.out} > {log} 2>&1"
