@@ -2,6 +2,7 @@
 
 
 rule prepare_data:
+    localrule: True  # seconds of work (or hub downloads): on the submit node under Slurm
     output:
         f"{RESULTS}/data/{{domain}}/{{split}}.jsonl",
     params:

@@ -83,6 +83,7 @@ rule domain_distance:
 
 
 rule aggregate_drift:
+    localrule: True  # seconds of work (or hub downloads): on the submit node under Slurm
     input:
         params=all_drift_outputs(),
         responses=[f"{RESULTS}/runs/{run}/response_drift.csv" for run in RUNS],

@@ -2,6 +2,7 @@
 
 
 rule prepare_benchmark:
+    localrule: True  # seconds of work (or hub downloads): on the submit node under Slurm
     output:
         f"{RESULTS}/data/{{bench}}/test.jsonl",
     params:
@@ -19,6 +20,7 @@ rule prepare_benchmark:
 
 
 rule write_eval_task:
+    localrule: True  # seconds of work (or hub downloads): on the submit node under Slurm
     input:
         data=f"{RESULTS}/data/{{benchmark}}/test.jsonl",
     output:
@@ -93,6 +95,7 @@ rule evaluate_base:
 
 
 rule aggregate_eval:
+    localrule: True  # seconds of work (or hub downloads): on the submit node under Slurm
     input:
         base=f"{RESULTS}/base/eval/scores.json",
         scores=all_eval_outputs(),

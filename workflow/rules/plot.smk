@@ -6,6 +6,7 @@ for _figure, _tables in FIGURE_TABLES.items():
     rule:
         name:
             f"plot_{_figure}"
+        localrule: True
         input:
             [f"{RESULTS}/tables/{t}.csv" for t in _tables],
         output:
