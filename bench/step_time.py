@@ -16,7 +16,7 @@ import tempfile
 from pathlib import Path
 
 from sdpocl.config import load_config, run_by_name, stage_settings
-from sdpocl.train import train_stage
+from sdpocl.train.stage import train_stage
 
 
 def main() -> None:
@@ -38,8 +38,14 @@ def main() -> None:
             settings = stage_settings(config, run_by_name(config, name), (a.domain,))
             settings.update(steps=a.steps, save_every=10 * a.steps)
             with tempfile.TemporaryDirectory() as tmp:
-                summary = train_stage(settings, results / "base" / "model", results / "data" / a.domain / "train.jsonl",
-                                      Path(tmp) / "out", Path(tmp) / "state", threads=a.threads)
+                summary = train_stage(
+                    settings,
+                    results / "base" / "model",
+                    results / "data" / a.domain / "train.jsonl",
+                    Path(tmp) / "out",
+                    Path(tmp) / "state",
+                    threads=a.threads,
+                )
             times[label].append(summary["seconds_per_step"])
             print(f"[bench] repeat {rep} {label}: {summary['seconds_per_step']:.4f} s/step", flush=True)
     # Ratios are taken within each repeat (the methods ran back to back), then the median.

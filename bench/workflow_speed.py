@@ -39,7 +39,9 @@ def children_cpu() -> float:
     return ru.ru_utime + ru.ru_stime
 
 
-def snakemake(*args: str, configfile: str, results: str, cores: int) -> tuple[subprocess.CompletedProcess, float, float]:
+def snakemake(
+    *args: str, configfile: str, results: str, cores: int
+) -> tuple[subprocess.CompletedProcess, float, float]:
     """Run snakemake from the repository root; (process, wall s, CPU s of it and its children)."""
     cmd = [SNAKEMAKE, *args, "--cores", str(cores), "--configfile", configfile, "--config", f"results={results}"]
     cpu, t = children_cpu(), time.perf_counter()
@@ -77,10 +79,14 @@ def main() -> None:
     p.add_argument("--paper-config", default="config/paper.yaml")
     p.add_argument("--cores", type=int, default=2)
     p.add_argument("--repeats", type=int, default=3, help="repeats of the no-op run and of each dry run (median shown)")
-    p.add_argument("--min-jobs", type=int, default=1000, help="grow the paper grid's seeds until a dry run has this many jobs")
+    p.add_argument(
+        "--min-jobs", type=int, default=1000, help="grow the paper grid's seeds until a dry run has this many jobs"
+    )
     a = p.parse_args()
     results = str(Path(a.results).resolve())
-    run = lambda *args, cfg=a.configfile, res=results: snakemake(*args, configfile=cfg, results=res, cores=a.cores)
+
+    def run(*args):
+        return snakemake(*args, configfile=a.configfile, results=results, cores=a.cores)
 
     # the results must be up to date first, or the numbers below mean nothing
     proc, _, _ = run("-n")
@@ -95,9 +101,11 @@ def main() -> None:
     jobs = job_counts(proc.stdout + proc.stderr)
     n_files = len([f for f in figures.iterdir() if f.is_file()])
     extra = sorted(r for r in jobs if r not in ("figures", "total") and not r.startswith("plot_"))
-    print(f"figures from cached tables: {wall:.1f} s wall, {cpu:.1f} s CPU; "
-          f"{sum(n for r, n in jobs.items() if r.startswith('plot_'))} plot jobs, {n_files} files"
-          f"{'; OTHER JOBS RAN: ' + str(extra) if extra else ''}  [{verdict(wall, 30)}]")
+    print(
+        f"figures from cached tables: {wall:.1f} s wall, {cpu:.1f} s CPU; "
+        f"{sum(n for r, n in jobs.items() if r.startswith('plot_'))} plot jobs, {n_files} files"
+        f"{'; OTHER JOBS RAN: ' + str(extra) if extra else ''}  [{verdict(wall, 30)}]"
+    )
 
     # (2) no-op run on up-to-date results
     walls, cpus = [], []
@@ -107,12 +115,15 @@ def main() -> None:
         if jobs:  # "Nothing to be done" prints no table
             sys.exit(f"the no-op run ran jobs: {jobs}")
         walls.append(wall), cpus.append(cpu)
-    print(f"no-op run: {statistics.median(walls):.2f} s wall (min {min(walls):.2f}), "
-          f"{statistics.median(cpus):.2f} s CPU, median of {a.repeats}  [{verdict(statistics.median(walls), 5)}]")
+    print(
+        f"no-op run: {statistics.median(walls):.2f} s wall (min {min(walls):.2f}), "
+        f"{statistics.median(cpus):.2f} s CPU, median of {a.repeats}  [{verdict(statistics.median(walls), 5)}]"
+    )
 
     # (3) dry run of the paper grid (and a larger one if it is under --min-jobs)
     paper = yaml.safe_load((ROOT / a.paper_config).read_text())
     with tempfile.TemporaryDirectory(prefix="sdpocl-dry-") as tmp:
+
         def dry(cfg_path: str, what: str) -> int:
             walls, cpus, total = [], [], 0
             for _ in range(a.repeats):
@@ -121,8 +132,10 @@ def main() -> None:
                 walls.append(wall), cpus.append(cpu)
             med = statistics.median(walls)
             target = verdict(med, 3) if total >= a.min_jobs else f"under {a.min_jobs} jobs"
-            print(f"dry run, {what}: {total} jobs in {med:.2f} s wall (min {min(walls):.2f}), "
-                  f"{statistics.median(cpus):.2f} s CPU, median of {a.repeats}  [{target}]")
+            print(
+                f"dry run, {what}: {total} jobs in {med:.2f} s wall (min {min(walls):.2f}), "
+                f"{statistics.median(cpus):.2f} s CPU, median of {a.repeats}  [{target}]"
+            )
             return total
 
         total = dry(str(ROOT / a.paper_config), f"{a.paper_config} (seeds {paper.get('seeds', [0])})")

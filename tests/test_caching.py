@@ -20,10 +20,10 @@ from pathlib import Path
 
 import pytest
 import yaml
+from workflow_utils import ROOT, describe_jobs, job_wildcards, scheduled_jobs, snakemake
 
 from sdpocl.config import chains_for, expand_runs, run_by_name, validate_config
-from sdpocl.tables import FIGURE_TABLES
-from workflow_utils import ROOT, describe_jobs, job_wildcards, scheduled_jobs, snakemake
+from sdpocl.plot.tables import FIGURE_TABLES
 
 pytestmark = pytest.mark.slow
 
@@ -268,24 +268,49 @@ def test_changed_figure_style_reruns_only_plot_jobs(smoke_results, tmp_path):
 
 # more single-key edits: each reruns the rules that read the key and what is downstream of them
 
-DRIFT_PLOTS = {f"plot_{fig}" for fig, tables in FIGURE_TABLES.items() if {"drift_params", "drift_responses"} & set(tables)}
-EVAL_RULES = {"write_eval_task", "evaluate_base", "evaluate_checkpoint", "aggregate_eval", "response_drift",
-              "aggregate_drift"}
+DRIFT_PLOTS = {
+    f"plot_{fig}" for fig, tables in FIGURE_TABLES.items() if {"drift_params", "drift_responses"} & set(tables)
+}
+EVAL_RULES = {
+    "write_eval_task",
+    "evaluate_base",
+    "evaluate_checkpoint",
+    "aggregate_eval",
+    "response_drift",
+    "aggregate_drift",
+}
 
 
 @pytest.mark.parametrize(
     "edit, expected",
     [
         pytest.param(lambda c: c["evaluate"].update(n_prompts=3), EVAL_RULES | BRANCH_PLOTS, id="evaluate.n_prompts"),
-        pytest.param(lambda c: c["drift"].update(top_k=8), {"compute_drift", "aggregate_drift"} | DRIFT_PLOTS,
-                     id="drift.top_k"),
-        pytest.param(lambda c: c["drift"].update(response_samples=2), {"response_drift", "aggregate_drift"} | DRIFT_PLOTS,
-                     id="drift.response_samples"),
-        pytest.param(lambda c: c["train"]["steps"].update(code=4),
-                     {"train_stage", "evaluate_checkpoint", "compute_drift", "aggregate_eval", "response_drift",
-                      "aggregate_drift"} | BRANCH_PLOTS, id="train.steps.code"),
-        pytest.param(lambda c: c["data"].update(test_size=20),
-                     {"prepare_data", "domain_distance"} | EVAL_RULES | PLOT_RULES, id="data.test_size"),
+        pytest.param(
+            lambda c: c["drift"].update(top_k=8), {"compute_drift", "aggregate_drift"} | DRIFT_PLOTS, id="drift.top_k"
+        ),
+        pytest.param(
+            lambda c: c["drift"].update(response_samples=2),
+            {"response_drift", "aggregate_drift"} | DRIFT_PLOTS,
+            id="drift.response_samples",
+        ),
+        pytest.param(
+            lambda c: c["train"]["steps"].update(code=4),
+            {
+                "train_stage",
+                "evaluate_checkpoint",
+                "compute_drift",
+                "aggregate_eval",
+                "response_drift",
+                "aggregate_drift",
+            }
+            | BRANCH_PLOTS,
+            id="train.steps.code",
+        ),
+        pytest.param(
+            lambda c: c["data"].update(test_size=20),
+            {"prepare_data", "domain_distance"} | EVAL_RULES | PLOT_RULES,
+            id="data.test_size",
+        ),
     ],
 )
 def test_single_key_edit_reruns_only_its_readers(smoke_results, tmp_path, edit, expected):

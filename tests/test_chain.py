@@ -1,7 +1,8 @@
+import re
+
 import pytest
 
 from sdpocl.chain import CHAIN_REGEX, chain_str, parent_chain, parse_chain, stage_dir, state_dir
-import re
 
 
 def test_parse_and_parent():

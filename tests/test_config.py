@@ -3,9 +3,17 @@
 from pathlib import Path
 
 import pytest
-import yaml
 
-from sdpocl.config import ConfigError, chains_for, expand_runs, load_config, stable_json, stage_settings, validate_config
+from sdpocl.config import (
+    ConfigError,
+    chains_for,
+    coerce_overrides,
+    expand_runs,
+    load_config,
+    stable_json,
+    stage_settings,
+    validate_config,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -60,7 +68,12 @@ def test_grid_shape(smoke_config):
     config = validate_config(smoke_config)
     runs = expand_runs(config)
     assert [r.name for r in runs] == [
-        "grpo_s0", "sdpo_a0_s0", "sdpo_a0.05_s0", "stable-sdpo_a0.05_s0", "sdpo-cot_a0_s0"]
+        "grpo_s0",
+        "sdpo_a0_s0",
+        "sdpo_a0.05_s0",
+        "stable-sdpo_a0.05_s0",
+        "sdpo-cot_a0_s0",
+    ]
     assert [r.label for r in runs] == ["GRPO", "SDPO_0", "SDPO_5%", "StableSDPO", "SDPO_0^CoT"]
     n_stages = sum(len(chains_for(config, r)) for r in runs)
     assert n_stages == 5 * 4 + 2 * 3
@@ -91,3 +104,31 @@ def test_stage_settings_change_only_for_the_edited_run(smoke_config):
     after = {r.name: stable_json(stage_settings(config, r, ("math",))) for r in expand_runs(config)}
     changed = [name for name in before if before[name] != after[name]]
     assert changed == ["grpo_s0"]
+
+
+def test_command_line_overrides_get_the_schema_types(smoke_config):
+    """`snakemake --config seeds=[0,1,2]` hands list items (and values in mappings) over as strings."""
+    overrides = {
+        "seeds": ["0", "1", "2"],
+        "train": {"lr": "1e-5", "steps": {"math": "3"}, "stop_on_collapse": "true"},
+        "evaluate": {"n_prompts": "null"},
+        "runs": [{"method": "sdpo", "alpha": "0.05", "name": "007"}],
+    }
+    smoke_config.update(seeds=overrides["seeds"], runs=overrides["runs"], single_domain_runs=[])
+    smoke_config["train"].update(lr="1e-5", stop_on_collapse="true")
+    smoke_config["train"]["steps"]["math"] = "3"
+    smoke_config.setdefault("evaluate", {})["n_prompts"] = "null"
+    coerce_overrides(smoke_config, overrides)
+    config = validate_config(smoke_config)
+    assert config["seeds"] == [0, 1, 2]
+    assert config["train"]["lr"] == 1e-5 and config["train"]["steps"]["math"] == 3
+    assert config["train"]["stop_on_collapse"] is True and config["evaluate"]["n_prompts"] is None
+    assert config["runs"] == [{"method": "sdpo", "alpha": 0.05, "name": "007"}]  # a name stays a string
+
+
+def test_values_from_a_file_are_not_coerced(smoke_config):
+    """Only what came from --config is coerced: a YAML `1e-5` in a file is still refused."""
+    smoke_config["train"]["lr"] = "1e-5"
+    coerce_overrides(smoke_config, {"seeds": [0]})
+    with pytest.raises(ConfigError, match=r"train\.lr"):
+        validate_config(smoke_config)

@@ -1,14 +1,22 @@
-"""sdpocl.distance (MMD, t-SNE, response drift) and sdpocl.embeddings with the packaged model."""
+"""sdpocl.drift.distance (MMD, t-SNE, response drift) and sdpocl.drift.embeddings with the packaged model."""
 
 import json
 
 import numpy as np
 import pytest
 
-from sdpocl.distance import (SIMILARITY_COLUMNS, domain_distances, load_prompts, median_bandwidth, mmd_rbf,
-                             read_samples, response_similarity, tsne_map)
-from sdpocl.embeddings import load_embedder
-from sdpocl.tables import DOMAIN_MMD_COLUMNS, SAMPLE_KEYS, TSNE_COLUMNS
+from sdpocl.drift.distance import (
+    SIMILARITY_COLUMNS,
+    domain_distances,
+    load_prompts,
+    median_bandwidth,
+    mmd_rbf,
+    read_samples,
+    response_similarity,
+    tsne_map,
+)
+from sdpocl.drift.embeddings import load_embedder
+from sdpocl.plot.tables import DOMAIN_MMD_COLUMNS, SAMPLE_KEYS, TSNE_COLUMNS
 
 
 @pytest.fixture(scope="module")
@@ -25,12 +33,15 @@ def gaussian(n=60, d=8, shift=0.0, seed=0):
 
 def sets(n=12, d=6):
     rng = np.random.default_rng(1)
-    return {"tiny_math": ("train", rng.normal(size=(n, d))),
-            "math_test": ("in-domain", rng.normal(size=(n + 3, d)) + 0.5),
-            "ood_a": ("ood", rng.normal(size=(n - 2, d)) - 1.0)}
+    return {
+        "tiny_math": ("train", rng.normal(size=(n, d))),
+        "math_test": ("in-domain", rng.normal(size=(n + 3, d)) + 0.5),
+        "ood_a": ("ood", rng.normal(size=(n - 2, d)) - 1.0),
+    }
 
 
 # --- MMD ------------------------------------------------------------------------------------
+
 
 def test_mmd_of_a_set_with_itself_is_zero():
     x = gaussian()
@@ -88,6 +99,7 @@ def test_domain_distances_rejects_unknown_roles():
 
 # --- t-SNE ----------------------------------------------------------------------------------
 
+
 def test_tsne_shape_and_determinism():
     emb = sets()
     a = tsne_map(emb, perplexity=30, seed=3)  # 37 points: perplexity capped
@@ -102,10 +114,18 @@ def test_tsne_shape_and_determinism():
 
 # --- inputs ---------------------------------------------------------------------------------
 
+
 def sample_record(doc_id, responses, benchmark="math500", prompt=None):
-    return {"benchmark": benchmark, "doc_id": doc_id, "prompt": prompt or f"What is {doc_id}+1?",
-            "answer": str(doc_id + 1), "responses": responses, "scores": [0.0] * len(responses),
-            "n_tokens": [len(r.split()) for r in responses], "truncated": [False] * len(responses)}
+    return {
+        "benchmark": benchmark,
+        "doc_id": doc_id,
+        "prompt": prompt or f"What is {doc_id}+1?",
+        "answer": str(doc_id + 1),
+        "responses": responses,
+        "scores": [0.0] * len(responses),
+        "n_tokens": [len(r.split()) for r in responses],
+        "truncated": [False] * len(responses),
+    }
 
 
 def write_jsonl(path, records):
@@ -130,6 +150,7 @@ def test_read_samples_and_load_prompts(tmp_path):
 
 # --- embeddings and response drift ----------------------------------------------------------
 
+
 def test_embedder_output(embed):
     e = embed(["The answer is \\boxed{42}.", "", "word " * 400])
     assert e.dtype == np.float32 and e.shape == (3, 384)
@@ -149,12 +170,16 @@ def test_embedder_missing_path_is_a_clear_error(tmp_path):
 
 
 LOG = [
-    ("To add 47 and 8, first 7+8=15, then 40+15=55. The answer is \\boxed{55}.",
-     "Adding 8 to 47: 7 plus 8 makes 15, and 40 plus 15 makes 55, so the result is \\boxed{55}.",
-     "The capital of France is Paris, a city known for the Eiffel Tower."),
-    ("The compound with the highest boiling point is water, so the answer is <answer>B</answer>.",
-     "Water boils at the highest temperature of these compounds; answer: <answer>B</answer>.",
-     "def f(x):\n    return x * 3\nassert f(2) == 6"),
+    (
+        "To add 47 and 8, first 7+8=15, then 40+15=55. The answer is \\boxed{55}.",
+        "Adding 8 to 47: 7 plus 8 makes 15, and 40 plus 15 makes 55, so the result is \\boxed{55}.",
+        "The capital of France is Paris, a city known for the Eiffel Tower.",
+    ),
+    (
+        "The compound with the highest boiling point is water, so the answer is <answer>B</answer>.",
+        "Water boils at the highest temperature of these compounds; answer: <answer>B</answer>.",
+        "def f(x):\n    return x * 3\nassert f(2) == 6",
+    ),
 ]
 
 
@@ -188,7 +213,7 @@ def test_response_similarity_averages_sample_i_with_sample_i():
     base = [sample_record(0, ["a", "a", "a"])]
     ckpt = [sample_record(0, ["a", "b", "c"])]
     sim = response_similarity(base, ckpt, embed, n_samples=3)["similarity"].iloc[0]
-    assert sim == pytest.approx(100 * (1 + 0 + 2 ** -0.5) / 3)
+    assert sim == pytest.approx(100 * (1 + 0 + 2**-0.5) / 3)
     assert response_similarity(base, ckpt, embed, n_samples=2)["similarity"].iloc[0] == pytest.approx(50.0)
 
 

@@ -1,4 +1,4 @@
-"""Tests for sdpocl.domains (synthetic data generators of the tiny preset)."""
+"""Tests for sdpocl.data.domains (synthetic data generators of the tiny preset)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from collections import Counter
 
 import pytest
 
-from sdpocl import domains as D
+from sdpocl.data import domains as D
 
 SAMPLE_N = 100
 
@@ -28,14 +28,12 @@ def _think_ok(solution: str) -> bool:
 
 def test_domain_order_and_datasets():
     assert D.DOMAINS == ("math", "science", "tooluse", "code")
-    assert {D.DATASETS[d] for d in D.DOMAINS} == {
-        "tiny_math", "tiny_science", "tiny_tooluse", "tiny_code"}
+    assert {D.DATASETS[d] for d in D.DOMAINS} == {"tiny_math", "tiny_science", "tiny_tooluse", "tiny_code"}
 
 
 def test_templates_literal():
     assert D.SOLUTION_TEMPLATE == "\nCorrect solution:\n\n{successful_previous_attempt}\n\n"
-    assert D.REPROMPT_TEMPLATE == (
-        "{prompt}{solution}{feedback}\n\nCorrectly solve the original question.\n")
+    assert D.REPROMPT_TEMPLATE == ("{prompt}{solution}{feedback}\n\nCorrectly solve the original question.\n")
 
 
 @pytest.mark.parametrize("domain", D.DOMAINS)
@@ -53,12 +51,15 @@ def test_determinism(domain):
 def test_determinism_across_processes():
     code = textwrap.dedent("""
         import json
-        from sdpocl import domains as D
+        from sdpocl.data import domains as D
         print(json.dumps([D.generate(d, s, 5, 11) for d in D.DOMAINS for s in D.SPLITS]))
     """)
-    outs = [subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                           check=True, env={"PYTHONHASHSEED": h}).stdout
-            for h in ("1", "2")]
+    outs = [
+        subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, check=True, env={"PYTHONHASHSEED": h}
+        ).stdout
+        for h in ("1", "2")
+    ]
     assert outs[0] == outs[1]
     here = [D.generate(d, s, 5, 11) for d in D.DOMAINS for s in D.SPLITS]
     assert json.loads(outs[0]) == here
@@ -137,7 +138,9 @@ def test_math_correct():
         for r in D.generate("math", split, 100, seed=5):
             m = re.fullmatch(
                 r"Compute (\d+)\+(\d+)\.\n\nPlease reason step by step, and put your final "
-                r"answer within \\boxed\{\}\.", r["prompt"])
+                r"answer within \\boxed\{\}\.",
+                r["prompt"],
+            )
             assert m, r["prompt"]
             a, b = int(m.group(1)), int(m.group(2))
             assert 10 <= a <= 99 and 2 <= b <= 9
@@ -181,8 +184,7 @@ def test_science_correct():
             assert r["answer"] == want
             assert re.findall(r"<answer>([A-D])</answer>", r["solution"]) == [want]
             listing = ", ".join(f"{opts[k]} {vals[k]}" for k in "ABCD")
-            assert r["solution"] == (f" <think>{listing}; {word} {opts[want]}</think> "
-                                     f"<answer>{want}</answer>")
+            assert r["solution"] == (f" <think>{listing}; {word} {opts[want]}</think> <answer>{want}</answer>")
     assert kinds["max"] > 300 and kinds["min"] > 300
     assert all(letters[k] > 100 for k in "ABCD")
 
@@ -197,8 +199,7 @@ def test_tooluse_correct():
                 assert f"{name}({', '.join(args)})" in p.split("\n", 1)[0]
             assert "\nAnswer with Thought, Action and Action Input.\nRequest: " in p
             request = p.split("\nRequest: ", 1)[1]
-            m = re.fullmatch(r" <think>use (\w+)</think> Action: (\w+)\nAction Input: (.+)",
-                             r["solution"])
+            m = re.fullmatch(r" <think>use (\w+)</think> Action: (\w+)\nAction Input: (.+)", r["solution"])
             assert m, r["solution"]
             assert m.group(1) == m.group(2)
             name = m.group(2)
@@ -215,14 +216,14 @@ def test_tooluse_correct():
             tools[name] += 1
     assert set(tools) == set(D.TOOLS)
     # stratified sampling: balanced while every tool still has problems left ...
-    small = Counter(json.loads(r["answer"])["actions"][0]
-                    for r in D.generate("tooluse", "train", 100, seed=9))
+    small = Counter(json.loads(r["answer"])["actions"][0] for r in D.generate("tooluse", "train", 100, seed=9))
     assert sorted(small.values()) == [25, 25, 25, 25]
     # ... then the remaining tools fill up the rest
-    avail = Counter(json.loads(r["answer"])["actions"][0]
-                    for r in D.generate("tooluse", "test", D.num_problems("tooluse", "test"), 0))
-    got = Counter(json.loads(r["answer"])["actions"][0]
-                  for r in D.generate("tooluse", "test", 200, seed=5))
+    avail = Counter(
+        json.loads(r["answer"])["actions"][0]
+        for r in D.generate("tooluse", "test", D.num_problems("tooluse", "test"), 0)
+    )
+    got = Counter(json.loads(r["answer"])["actions"][0] for r in D.generate("tooluse", "test", 200, seed=5))
     share = min(avail.values())
     assert all(got[t] >= min(avail[t], share) for t in D.TOOLS)
 
@@ -238,8 +239,8 @@ def test_code_correct_exec():
         for r in D.generate("code", split, 300, seed=5):
             spec = r["prompt"].split("\n", 1)[1]
             assert r["prompt"].startswith(
-                "You are a coding expert. Provide the complete code in a code block "
-                "enclosed with ``` ```.\n")
+                "You are a coding expert. Provide the complete code in a code block enclosed with ``` ```.\n"
+            )
             m = re.search(r"function (\w+)\((\w+)\)|Implement (\w+)\((\w+)\)", spec)
             assert m, spec
             fname = m.group(1) or m.group(3)
@@ -249,8 +250,10 @@ def test_code_correct_exec():
             assert om, spec
             op, k = om.group(1), int(om.group(2)) + int(om.group(3))
             oracle = {
-                "plus": lambda x: x + k, "minus": lambda x: x - k,
-                "times": lambda x: x * k, "modulo": lambda x: x % k,
+                "plus": lambda x, k=k: x + k,
+                "minus": lambda x, k=k: x - k,
+                "times": lambda x, k=k: x * k,
+                "modulo": lambda x, k=k: x % k,
             }[op]
             assert 12 <= k <= 38
             ns: dict = {}
@@ -315,9 +318,10 @@ def test_reprompt_example_matches_trl_teacher_prompt():
     assert ex["completion"] == r["solution"] and ex["domain"] == "math"
     # TRL: reprompt_template.format(prompt, solution_template.format(demo with <think> removed), feedback="")
     stripped = demo.split("</think>", 1)[1].strip()
-    assert "<think>" not in ex["prompt"][len(r["prompt"]):]
-    assert ex["prompt"] == (r["prompt"] + "\nCorrect solution:\n\n" + stripped
-                            + "\n\n\n\nCorrectly solve the original question.\n")
+    assert "<think>" not in ex["prompt"][len(r["prompt"]) :]
+    assert ex["prompt"] == (
+        r["prompt"] + "\nCorrect solution:\n\n" + stripped + "\n\n\n\nCorrectly solve the original question.\n"
+    )
     cot = D.reprompt_example(r, demo, keep_thinking=True)
     assert demo in cot["prompt"]
 
@@ -348,10 +352,8 @@ def test_sft_mixture():
     assert re_n == round(n * 0.25)
     with_cot = sum("<think>" in e["prompt"] for e in mix)
     assert 0 < with_cot < re_n
-    assert sum("Correct solution" in e["prompt"]
-               for e in D.sft_mixture(100, 0, reprompt_frac=0.0)) == 0
-    assert all("Correct solution" in e["prompt"]
-               for e in D.sft_mixture(100, 0, reprompt_frac=1.0))
+    assert sum("Correct solution" in e["prompt"] for e in D.sft_mixture(100, 0, reprompt_frac=0.0)) == 0
+    assert all("Correct solution" in e["prompt"] for e in D.sft_mixture(100, 0, reprompt_frac=1.0))
     with pytest.raises(ValueError):
         D.sft_mixture(10, 0, reprompt_frac=1.5)
 
@@ -361,8 +363,7 @@ def test_corpus():
     assert texts == list(D.corpus(0))
     assert all(isinstance(t, str) and t for t in texts)
     joined = "\n".join(texts)
-    for needle in ("Compute ", "boiling point", "Action Input:", "```python",
-                   "Correct solution:", "<think>"):
+    for needle in ("Compute ", "boiling point", "Action Input:", "```python", "Correct solution:", "<think>"):
         assert needle in joined
     # both splits contribute
     prompts = {t for t in texts if t.startswith(("Compute ", "Which compound"))}

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from sdpocl.drift import param_drift, principal_mask
+from sdpocl.drift.params import param_drift, principal_mask
 
 
 def matrix(m=64, n=48, seed=0, decay=0.9):
@@ -89,11 +89,14 @@ def test_bad_shapes():
 def test_batched_stage_drift_equals_per_matrix_param_drift(tmp_path):
     from safetensors.torch import save_file
 
-    from sdpocl.drift import param_drift, stage_param_drift
+    from sdpocl.drift.params import param_drift, stage_param_drift
 
     g = torch.Generator().manual_seed(0)
-    names = [f"model.layers.{i}.{part}.weight" for i in range(3)
-             for part in ("self_attn.q_proj", "self_attn.k_proj", "mlp.down_proj")]
+    names = [
+        f"model.layers.{i}.{part}.weight"
+        for i in range(3)
+        for part in ("self_attn.q_proj", "self_attn.k_proj", "mlp.down_proj")
+    ]
     shapes = {"q_proj": (16, 16), "k_proj": (8, 16), "down_proj": (16, 24)}
     base = {n: torch.randn(*shapes[n.split(".")[-2]], generator=g) for n in names}
     base["model.embed_tokens.weight"] = torch.randn(10, 16, generator=g)  # not a block matrix: ignored

@@ -6,8 +6,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from sdpocl.drift_tables import CachedEmbed, checkpoint_position, drift_params_table
-from sdpocl.tables import DRIFT_PARAM_COLUMNS
+from sdpocl.drift.tables import CachedEmbed, checkpoint_position, drift_params_table
+from sdpocl.plot.tables import DRIFT_PARAM_COLUMNS
 
 STEPS = {"math": 50, "science": 50, "tooluse": 50, "code": 20}
 
@@ -32,8 +32,9 @@ def test_drift_params_table_adds_identity_and_drops_duplicate_final(tmp_path):
         pd.DataFrame(rows).to_csv(d / "drift_params.csv", index=False)
         files.append(d / "drift_params.csv")
     runs = {"grpo_s0": {"label": "GRPO", "method": "grpo", "alpha": None, "seed": 0}}
-    df = drift_params_table(files, results=results, runs=runs, domains=["math", "science"],
-                            steps={"math": 20, "science": 20}, save_every=10)
+    df = drift_params_table(
+        files, results=results, runs=runs, domains=["math", "science"], steps={"math": 20, "science": 20}, save_every=10
+    )
     assert list(df.columns) == DRIFT_PARAM_COLUMNS
     assert list(df.point) == ["math@10", "math@20", "science@10", "science@20"]
     assert list(df.point_index) == [1, 2, 3, 4]

@@ -7,12 +7,20 @@ import subprocess
 
 import pandas as pd
 import pytest
-
-from sdpocl.benchmarks import benchmarks_for
-from sdpocl.config import chains_for, expand_runs, load_config
-from sdpocl.tables import (DOMAIN_MMD_COLUMNS, DRIFT_PARAM_COLUMNS, DRIFT_RESPONSE_COLUMNS, EVAL_COLUMNS,
-                           FIGURE_TABLES, SAMPLE_KEYS, TEACHER_STABILITY_COLUMNS, TSNE_COLUMNS)
 from workflow_utils import BIN, ROOT
+
+from sdpocl.config import chains_for, expand_runs, load_config
+from sdpocl.data.benchmarks import benchmarks_for
+from sdpocl.plot.tables import (
+    DOMAIN_MMD_COLUMNS,
+    DRIFT_PARAM_COLUMNS,
+    DRIFT_RESPONSE_COLUMNS,
+    EVAL_COLUMNS,
+    FIGURE_TABLES,
+    SAMPLE_KEYS,
+    TEACHER_STABILITY_COLUMNS,
+    TSNE_COLUMNS,
+)
 
 pytestmark = pytest.mark.slow
 CONFIG = load_config(ROOT / "config/smoke.yaml")
@@ -81,15 +89,31 @@ def test_every_figure_is_drawn(smoke_results):
 
 def test_evaluation_is_deterministic(smoke_results, tmp_path):
     settings = json.loads((smoke_results / "base" / "eval" / "scores.json").read_text())["meta"]["settings"]
-    proc = subprocess.run([str(BIN / "sdpocl"), "evaluate", "--model", str(smoke_results / "base" / "model"),
-                           "--tasks", str(smoke_results / "eval_tasks"), "--benchmarks", *BENCH,
-                           "--settings", json.dumps(settings), "--out", str(tmp_path)], capture_output=True, text=True)
+    proc = subprocess.run(
+        [
+            str(BIN / "sdpocl"),
+            "evaluate",
+            "--model",
+            str(smoke_results / "base" / "model"),
+            "--tasks",
+            str(smoke_results / "eval_tasks"),
+            "--benchmarks",
+            *BENCH,
+            "--settings",
+            json.dumps(settings),
+            "--out",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     again = json.loads((tmp_path / "scores.json").read_text())["benchmarks"]
     first = json.loads((smoke_results / "base" / "eval" / "scores.json").read_text())["benchmarks"]
     for b in BENCH:
-        assert (tmp_path / "samples" / f"{b}.jsonl").read_text() == \
-            (smoke_results / "base" / "eval" / "samples" / f"{b}.jsonl").read_text()
+        assert (tmp_path / "samples" / f"{b}.jsonl").read_text() == (
+            smoke_results / "base" / "eval" / "samples" / f"{b}.jsonl"
+        ).read_text()
         assert again[b] == first[b]
 
 

@@ -9,30 +9,46 @@ import subprocess
 
 import pandas as pd
 import pytest
-
-from sdpocl.aggregate import eval_table, relative_performance, teacher_stability
-from sdpocl.artifacts import artifact_metrics, ngram_repeat_rate
-from sdpocl.benchmarks import BENCHMARKS, OOD_GENERATORS, generate_ood
-from sdpocl.evaluate import check_model_dir, summarize
-from sdpocl.lm_eval_task import process_results, task_name, write_task_yaml
-from sdpocl.rewards import reward_for
-from sdpocl.tables import EVAL_COLUMNS
 from workflow_utils import BIN
+
+from sdpocl.data.benchmarks import BENCHMARKS, OOD_GENERATORS, generate_ood
+from sdpocl.evaluate.aggregate import eval_table, relative_performance, teacher_stability
+from sdpocl.evaluate.artifacts import artifact_metrics, ngram_repeat_rate
+from sdpocl.evaluate.run import check_model_dir, summarize
+from sdpocl.evaluate.tasks import process_results, task_name, write_task_yaml
+from sdpocl.plot.tables import EVAL_COLUMNS
+from sdpocl.rewards import reward_for
 
 RIGHT, WRONG = " <think>2+3=5</think> \\boxed{5}", " <think>2+3=6</think> \\boxed{6}"
 
 
 def _math_file(tmp_path, n=3):
-    recs = [{"prompt": f"Compute {a}+3.\n\nPlease reason step by step, and put your final answer within \\boxed{{}}.",
-             "answer": "5", "tests": [], "domain": "math", "dataset": "toy", "solution": ""} for a in range(2, 2 + n)]
+    recs = [
+        {
+            "prompt": f"Compute {a}+3.\n\nPlease reason step by step, and put your final answer within \\boxed{{}}.",
+            "answer": "5",
+            "tests": [],
+            "domain": "math",
+            "dataset": "toy",
+            "solution": "",
+        }
+        for a in range(2, 2 + n)
+    ]
     path = tmp_path / "toy.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in recs))
     return path
 
 
 def _task(tmp_path, k=8):
-    write_task_yaml(tmp_path / "tasks" / "toy.yaml", "toy", _math_file(tmp_path), repeats=k, temperature=0.6,
-                    top_p=0.95, max_gen_toks=16)
+    write_task_yaml(
+        tmp_path / "tasks" / "toy.yaml",
+        "toy",
+        _math_file(tmp_path),
+        repeats=k,
+        temperature=0.6,
+        top_p=0.95,
+        max_gen_toks=16,
+    )
     return tmp_path / "tasks"
 
 
@@ -97,11 +113,13 @@ def test_process_results_is_the_mean_over_samples():
 
 
 def test_summarize_acc_and_stderr_over_prompts():
-    recs = [{"responses": ["a"] * 4, "scores": s, "n_tokens": [3] * 4, "truncated": [False] * 4}
-            for s in ([1, 1, 1, 1], [0, 0, 0, 0], [1, 0, 1, 0])]
+    recs = [
+        {"responses": ["a"] * 4, "scores": s, "n_tokens": [3] * 4, "truncated": [False] * 4}
+        for s in ([1, 1, 1, 1], [0, 0, 0, 0], [1, 0, 1, 0])
+    ]
     out = summarize(recs)
     assert out["acc"] == pytest.approx(0.5)
-    assert out["stderr"] == pytest.approx(math.sqrt(((0.5 ** 2) * 2 + 0) / 2 / 3))
+    assert out["stderr"] == pytest.approx(math.sqrt(((0.5**2) * 2 + 0) / 2 / 3))
     assert out["n_prompts"] == 3 and out["n_samples"] == 4
 
 
@@ -119,16 +137,37 @@ def test_artifact_metrics_on_hand_written_responses():
 
 def _scores(tmp_path, name, meta, accs):
     path = tmp_path / f"{name}.json"
-    path.write_text(json.dumps({"meta": meta, "benchmarks": {
-        b: {"acc": a, "stderr": 0.01, "n_prompts": 10, "n_samples": 8, "boxed_per_response": 1.0,
-            "multi_boxed_share": 0.0, "ngram_repeat": 0.0, "truncation_rate": 0.0, "mean_length": 20.0}
-        for b, a in accs.items()}}))
+    path.write_text(
+        json.dumps(
+            {
+                "meta": meta,
+                "benchmarks": {
+                    b: {
+                        "acc": a,
+                        "stderr": 0.01,
+                        "n_prompts": 10,
+                        "n_samples": 8,
+                        "boxed_per_response": 1.0,
+                        "multi_boxed_share": 0.0,
+                        "ngram_repeat": 0.0,
+                        "truncation_rate": 0.0,
+                        "mean_length": 20.0,
+                    }
+                    for b, a in accs.items()
+                },
+            }
+        )
+    )
     return path
 
 
 def test_relperf_gain_forgetting_on_a_hand_made_table(tmp_path):
-    base = _scores(tmp_path, "base", {"run": "base", "label": "Base", "method": "base", "chain": ""},
-                   {"math": 0.4, "science": 0.5, "logic_grid": 0.0})
+    base = _scores(
+        tmp_path,
+        "base",
+        {"run": "base", "label": "Base", "method": "base", "chain": ""},
+        {"math": 0.4, "science": 0.5, "logic_grid": 0.0},
+    )
     run = {"run": "sdpo_a0_s0", "label": "SDPO_0", "method": "sdpo", "alpha": 0.0, "seed": 0}
     s1 = _scores(tmp_path, "s1", {**run, "chain": "math"}, {"math": 0.6, "science": 0.4, "logic_grid": 0.1})
     s2 = _scores(tmp_path, "s2", {**run, "chain": "math/science"}, {"math": 0.3, "science": 0.5, "logic_grid": 0.0})
@@ -164,13 +203,22 @@ def test_missing_base_score_is_a_clear_error(tmp_path):
 def test_teacher_stability_table(tmp_path):
     base = _scores(tmp_path, "base", {"run": "base", "label": "Base", "method": "base", "chain": ""}, {"math": 0.3})
     files = [base]
-    for name, method, alpha, acc in [("sdpo_a0_s0", "sdpo", 0.0, 0.6), ("sdpo_a0.05_s0", "sdpo", 0.05, 0.35),
-                                     ("stable-sdpo_a0.05_s0", "stable_sdpo", 0.05, 0.55), ("grpo_s0", "grpo", None, 0.4),
-                                     ("sdpo-cot_a0_s0", "sdpo", 0.0, 0.5)]:
+    for name, method, alpha, acc in [
+        ("sdpo_a0_s0", "sdpo", 0.0, 0.6),
+        ("sdpo_a0.05_s0", "sdpo", 0.05, 0.35),
+        ("stable-sdpo_a0.05_s0", "stable_sdpo", 0.05, 0.55),
+        ("grpo_s0", "grpo", None, 0.4),
+        ("sdpo-cot_a0_s0", "sdpo", 0.0, 0.5),
+    ]:
         for chain in ("math", "math/science"):
-            files.append(_scores(tmp_path, f"{name}_{chain.replace('/', '_')}",
-                                 {"run": name, "label": name, "method": method, "alpha": alpha, "seed": 0,
-                                  "chain": chain}, {"math": acc if chain == "math" else 0.0}))
+            files.append(
+                _scores(
+                    tmp_path,
+                    f"{name}_{chain.replace('/', '_')}",
+                    {"run": name, "label": name, "method": method, "alpha": alpha, "seed": 0, "chain": chain},
+                    {"math": acc if chain == "math" else 0.0},
+                )
+            )
     table = eval_table(files, domains=["math", "science"])
     t1 = teacher_stability(table, first_domain="math", variant_runs={"sdpo-cot_a0_s0"})
     assert list(t1.teacher) == ["Base", "Frozen", "EMA 5%", "StableSDPO"]
@@ -190,11 +238,16 @@ def test_benchmarks_cover_six_ood_sets_with_training_rewards():
 
 
 def test_ood_references_score_one_with_the_training_rewards():
-    for name, answer_format in [("arith_words", "\\boxed{{{}}}"), ("science_reworded", "<answer>{}</answer>"),
-                                ("logic_grid", "<answer>{}</answer>"), ("knowledge_mc", "<answer>{}</answer>")]:
+    for name, answer_format in [
+        ("arith_words", "\\boxed{{{}}}"),
+        ("science_reworded", "<answer>{}</answer>"),
+        ("logic_grid", "<answer>{}</answer>"),
+        ("knowledge_mc", "<answer>{}</answer>"),
+    ]:
         recs = generate_ood(name, 5, 0)
-        scores = reward_for(recs[0]["domain"])([answer_format.format(r["answer"]) for r in recs],
-                                               answer=[r["answer"] for r in recs])
+        scores = reward_for(recs[0]["domain"])(
+            [answer_format.format(r["answer"]) for r in recs], answer=[r["answer"] for r in recs]
+        )
         assert scores == [1.0] * 5, name
     recs = generate_ood("tool_schema2", 5, 0)
     calls = []
@@ -213,9 +266,24 @@ def test_bad_checkpoint_path_is_a_clear_error_and_keeps_earlier_results(tmp_path
     out = tmp_path / "eval"
     out.mkdir()
     (out / "scores.json").write_text("earlier")
-    proc = subprocess.run([str(BIN / "sdpocl"), "evaluate", "--model", str(tmp_path / "nope"), "--tasks",
-                           str(tmp_path), "--benchmarks", "math", "--settings", "{}", "--out", str(out)],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [
+            str(BIN / "sdpocl"),
+            "evaluate",
+            "--model",
+            str(tmp_path / "nope"),
+            "--tasks",
+            str(tmp_path),
+            "--benchmarks",
+            "math",
+            "--settings",
+            "{}",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 2
     assert "checkpoint not found" in proc.stderr and str(tmp_path / "nope") in proc.stderr
     assert (out / "scores.json").read_text() == "earlier"

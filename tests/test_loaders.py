@@ -1,4 +1,4 @@
-"""Paper-preset loaders (sdpocl.loaders) on small offline fixtures in each source's own schema."""
+"""Paper-preset loaders (sdpocl.data.loaders) on small offline fixtures in each source's own schema."""
 
 import json
 import logging
@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from sdpocl import loaders
-from sdpocl.loaders import SOURCES, load_records, prepare_paper_dataset
+from sdpocl.data import loaders
+from sdpocl.data.loaders import SOURCES, load_records, prepare_paper_dataset
 from sdpocl.rewards import REWARD_FUNCS, code_reward, reward_for
 
 FIX = Path(__file__).resolve().parent / "fixtures" / "paper"
@@ -15,22 +15,22 @@ SCHEMA = ("prompt", "answer", "tests", "domain", "dataset", "solution")
 
 #: (source, split, fixture, expected record count)
 CASES = [
-    ("dapo_math", "train", "dapo_math.jsonl", 3),               # 4 rows, one duplicate problem
-    ("sciknoweval", "train", "sciknoweval.jsonl", 3),           # 4 Chemistry-L3-mcq4 rows, 90/10
+    ("dapo_math", "train", "dapo_math.jsonl", 3),  # 4 rows, one duplicate problem
+    ("sciknoweval", "train", "sciknoweval.jsonl", 3),  # 4 Chemistry-L3-mcq4 rows, 90/10
     ("sciknoweval", "test", "sciknoweval.jsonl", 1),
-    ("toolalpaca", "train", "toolalpaca_train.json", 2),        # getDetails / no-step instances dropped
+    ("toolalpaca", "train", "toolalpaca_train.json", 2),  # getDetails / no-step instances dropped
     ("toolalpaca", "test", "toolalpaca_eval.json", 3),
-    ("dolci_code", "train", "dolci_code.jsonl", 3),             # 4 code rows (1 math row filtered), 90/10
+    ("dolci_code", "train", "dolci_code.jsonl", 3),  # 4 code rows (1 math row filtered), 90/10
     ("dolci_code", "test", "dolci_code.jsonl", 1),
     ("livecodebench_train", "train", "livecodebench.jsonl", 1),  # before 2025-02-01
-    ("livecodebench_v6", "test", "livecodebench.jsonl", 2),      # 2025-02-01 .. 2025-05-01
+    ("livecodebench_v6", "test", "livecodebench.jsonl", 2),  # 2025-02-01 .. 2025-05-01
     ("aime24", "test", "aime24.jsonl", 3),
     ("aime25", "test", "aime25.jsonl", 3),
     ("math500", "test", "math500.jsonl", 3),
     ("gpqa_diamond", "test", "gpqa_diamond.jsonl", 4),
-    ("mmlu_redux", "test", "mmlu_redux.jsonl", 3),              # one wrong_groundtruth row dropped
+    ("mmlu_redux", "test", "mmlu_redux.jsonl", 3),  # one wrong_groundtruth row dropped
     ("zebralogic", "test", "zebralogic.jsonl", 3),
-    ("bfcl_v4", "test", "bfcl_v4.jsonl", 4),                    # the parallel entry dropped
+    ("bfcl_v4", "test", "bfcl_v4.jsonl", 4),  # the parallel entry dropped
 ]
 
 
@@ -84,7 +84,9 @@ def test_reference_answers_score_one(prepared, name, split):
     for rec in records:
         wrapped = {
             "math": f"Let me think.\n\nSo the final answer is {rec['solution']}",
-            "science": f"<reasoning>\nThe options compare as follows.\n</reasoning>\n<answer>\n{rec['answer']}\n</answer>",
+            "science": (
+                f"<reasoning>\nThe options compare as follows.\n</reasoning>\n<answer>\n{rec['answer']}\n</answer>"
+            ),
             "tooluse": f"Thought: I should call the tool.\n{rec['solution']}",
         }[domain]
         assert reward_for(domain)([wrapped, rec["solution"]], answer=[rec["answer"]] * 2) == [1.0, 1.0], rec
@@ -163,8 +165,10 @@ def test_tooluse_prompt_never_leaks_the_reference(prepared):
 def test_toolalpaca_references():
     train = load_records("toolalpaca", "train", data_files=str(FIX / "toolalpaca_train.json"))
     oslo = next(r for r in train if "Oslo" in r["prompt"])
-    assert json.loads(oslo["answer"]) == {"actions": ["getForecast", "getCurrentWeather"],
-                                          "input": {"city": "Oslo", "days": 3}}
+    assert json.loads(oslo["answer"]) == {
+        "actions": ["getForecast", "getCurrentWeather"],
+        "input": {"city": "Oslo", "days": 3},
+    }
     assert "Hint:" not in oslo["prompt"]
     test = load_records("toolalpaca", "test", data_files=str(FIX / "toolalpaca_eval.json"))
     both = json.loads(test[2]["answer"])
@@ -173,19 +177,25 @@ def test_toolalpaca_references():
 
 
 def test_bfcl_reference_takes_first_listed_values():
-    recs = {r["prompt"].rsplit("Question: ", 1)[1]: json.loads(r["answer"])
-            for r in load_records("bfcl_v4", "test", data_files=str(FIX / "bfcl_v4.jsonl"))}
+    recs = {
+        r["prompt"].rsplit("Question: ", 1)[1]: json.loads(r["answer"])
+        for r in load_records("bfcl_v4", "test", data_files=str(FIX / "bfcl_v4.jsonl"))
+    }
 
     def ref(start: str) -> dict:
         return next(v for k, v in recs.items() if k.startswith(start))
 
     assert ref("Calculate the derivative")["input"] == {"function": "3x**2 + 2x - 1"}  # "" first: omitted
     assert ref("Fetch records")["input"] == {
-        "database_name": "StudentDB", "table_name": "students",
-        "conditions": {"department": "Science", "school": "Bluebird High School"}}
+        "database_name": "StudentDB",
+        "table_name": "students",
+        "conditions": {"department": "Science", "school": "Bluebird High School"},
+    }
     taxi = ref("System: You are a helpful travel assistant.\nUser: Book me a taxi")
-    assert taxi == {"actions": ["taxi.book"], "input": {"pickup": "Marriott Berlin", "dropoff": "Tegel",
-                                                        "class": "comfort"}}
+    assert taxi == {
+        "actions": ["taxi.book"],
+        "input": {"pickup": "Marriott Berlin", "dropoff": "Tegel", "class": "comfort"},
+    }
 
 
 def test_code_records_and_sandboxed_reward(prepared):
@@ -207,21 +217,40 @@ def test_code_records_and_sandboxed_reward(prepared):
         return f"Here is my solution.\n\n```python\n{code}\n```"
 
     cases = [
-        (call, "from typing import List\nclass Solution:\n    def maxPairSum(self, nums: List[int], k: int) -> int:\n"
-               "        s = sorted(nums)\n        return s[-1] * 2 ** k + s[-2]", 1.0),
+        (
+            call,
+            "from typing import List\nclass Solution:\n    def maxPairSum(self, nums: List[int], k: int) -> int:\n"
+            "        s = sorted(nums)\n        return s[-1] * 2 ** k + s[-2]",
+            1.0,
+        ),
         (call, "def maxPairSum(nums, k):\n    s = sorted(nums)\n    return s[-1] * 2 ** k + s[-2]", 1.0),
         (call, "def maxPairSum(nums, k):\n    return sum(nums)", 0.0),
-        (stdio, "import sys\n\ndef main():\n    n = sys.stdin.buffer.readline().decode().strip()\n"
-                "    sys.stdout.write(str(sum(map(int, n))) + '\\n')\n\nif __name__ == '__main__':\n    main()", 1.0),
-        (stdio, "def main():\n    print(sum(int(c) for c in input()))\n\nif __name__ == \"__main__\":\n    main()", 1.0),
+        (
+            stdio,
+            "import sys\n\ndef main():\n    n = sys.stdin.buffer.readline().decode().strip()\n"
+            "    sys.stdout.write(str(sum(map(int, n))) + '\\n')\n\nif __name__ == '__main__':\n    main()",
+            1.0,
+        ),
+        (stdio, 'def main():\n    print(sum(int(c) for c in input()))\n\nif __name__ == "__main__":\n    main()', 1.0),
         (stdio, "print(sum(int(c) for c in input()))", 0.0),  # reads stdin at import: no main()
-        (by_fn["running_max"], "def running_max(nums):\n    out = []\n    for x in nums:\n"
-                               "        out.append(x if not out else max(out[-1], x))\n    return out", 1.0),
-        (by_fn["is_palindrome"], "def is_palindrome(s):\n    t = [c for c in s.lower() if c.isalnum()]\n"
-                                 "    return t == t[::-1]", 1.0),
+        (
+            by_fn["running_max"],
+            "def running_max(nums):\n    out = []\n    for x in nums:\n"
+            "        out.append(x if not out else max(out[-1], x))\n    return out",
+            1.0,
+        ),
+        (
+            by_fn["is_palindrome"],
+            "def is_palindrome(s):\n    t = [c for c in s.lower() if c.isalnum()]\n    return t == t[::-1]",
+            1.0,
+        ),
         (by_fn["double"], "def double(x):\n    return 2 * x", 1.0),
-        (summing, "def main():\n    input()\n    print(sum(map(int, input().split())))\n\n"
-                  "if __name__ == '__main__':\n    main()", 1.0),
+        (
+            summing,
+            "def main():\n    input()\n    print(sum(map(int, input().split())))\n\n"
+            "if __name__ == '__main__':\n    main()",
+            1.0,
+        ),
     ]
     rewards = code_reward([fence(code) for _, code, _ in cases], tests=[rec["tests"] for rec, _, _ in cases])
     assert rewards == [want for _, _, want in cases]
@@ -257,7 +286,7 @@ def test_known_bad_rows_are_skipped_and_counted(tmp_path, caplog):
     api[0]["Golden_Answers"][1][0]["Action_Input"] = "{color: wild}"  # not JSON
     bad = tmp_path / "eval_bad.json"
     bad.write_text(json.dumps(api))
-    with caplog.at_level(logging.WARNING, logger="sdpocl.loaders"):
+    with caplog.at_level(logging.WARNING, logger="sdpocl.data.loaders"):
         count = prepare_paper_dataset("toolalpaca", "test", tmp_path / "out.jsonl", data_files=str(bad))
     assert count == 2
     assert any("skipping instruction" in r.getMessage() for r in caplog.records)

@@ -2,8 +2,8 @@
 
 import pytest
 
-from sdpocl.methods import METHODS, RunSpec, get_method, stable_sdpo_period
-from sdpocl.trainers import FAMILIES
+from sdpocl.train.methods import METHODS, RunSpec, get_method, stable_sdpo_period
+from sdpocl.train.trainers import FAMILIES
 
 
 def settings(method, **kw):
@@ -57,8 +57,15 @@ def test_settings_build_a_real_trl_config(method, alpha, tmp_path):
         pytest.skip("StableSDPO needs alpha > 0")
     run = RunSpec(name="x", method=method, alpha=alpha if m.needs_alpha else None)
     config_cls, _ = FAMILIES[m.family]
-    cfg = config_cls(output_dir=str(tmp_path), use_cpu=True, bf16=False, report_to=[], num_generations=4,
-                     per_device_train_batch_size=8, **m.settings(run))
+    cfg = config_cls(
+        output_dir=str(tmp_path),
+        use_cpu=True,
+        bf16=False,
+        report_to=[],
+        num_generations=4,
+        per_device_train_batch_size=8,
+        **m.settings(run),
+    )
     for key, value in m.settings(run).items():
         assert getattr(cfg, key) == value
 

@@ -1,4 +1,4 @@
-"""sdpocl.plots on synthetic tables in the exact sdpocl.tables schemas: every figure is written, styles
+"""sdpocl.plot.figures on synthetic tables in the exact sdpocl.plot.tables schemas: every figure is written, styles
 are stable, the compressive axis is invertible, and missing data still give a figure."""
 
 from __future__ import annotations
@@ -7,14 +7,26 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from sdpocl import plots, tables
+from sdpocl.plot import figures as plots
+from sdpocl.plot import tables
 
 DOMAINS = ["math", "science", "tooluse", "code"]
 STEPS = {"math": 50, "science": 50, "tooluse": 50, "code": 20}
-IN_DOMAIN = {"aime24": "math", "aime25": "math", "sciknoweval": "science", "toolalpaca": "tooluse",
-             "code_heldout": "code"}
-OOD = {"math500": "math", "gpqa": "science", "bfcl": "tooluse", "lcb": "code", "zebralogic": "math",
-       "mmlu_redux": "science"}
+IN_DOMAIN = {
+    "aime24": "math",
+    "aime25": "math",
+    "sciknoweval": "science",
+    "toolalpaca": "tooluse",
+    "code_heldout": "code",
+}
+OOD = {
+    "math500": "math",
+    "gpqa": "science",
+    "bfcl": "tooluse",
+    "lcb": "code",
+    "zebralogic": "math",
+    "mmlu_redux": "science",
+}
 RUNS = [  # label, method, alpha, run stem, forgetting strength, collapses
     ("GRPO", "grpo", np.nan, "grpo", 0.2, False),
     ("SDPO_0", "sdpo", 0.0, "sdpo_a0", 0.6, False),
@@ -28,11 +40,30 @@ SEEDS = [0, 1]
 
 def _identity(label, method, alpha, stem, seed, chain, stage, continual, single):
     if label == "Base":
-        return {"run": "base", "label": "Base", "method": "base", "alpha": np.nan, "seed": np.nan, "chain": "",
-                "stage": 0, "domain": "", "continual": True, "single_domain": False}
-    return {"run": f"{stem}_s{seed}", "label": label, "method": method, "alpha": alpha, "seed": seed,
-            "chain": "/".join(chain), "stage": stage, "domain": chain[-1], "continual": continual,
-            "single_domain": single}
+        return {
+            "run": "base",
+            "label": "Base",
+            "method": "base",
+            "alpha": np.nan,
+            "seed": np.nan,
+            "chain": "",
+            "stage": 0,
+            "domain": "",
+            "continual": True,
+            "single_domain": False,
+        }
+    return {
+        "run": f"{stem}_s{seed}",
+        "label": label,
+        "method": method,
+        "alpha": alpha,
+        "seed": seed,
+        "chain": "/".join(chain),
+        "stage": stage,
+        "domain": chain[-1],
+        "continual": continual,
+        "single_domain": single,
+    }
 
 
 def _chains():
@@ -48,15 +79,34 @@ def synthetic_tables(seed: int = 0) -> dict[str, pd.DataFrame]:
     base_acc = {b: rng.uniform(0.08, 0.5) for b in benches}
 
     def artifacts(level):
-        return {"boxed_per_response": 1 + 2.5 * level + rng.uniform(0, 0.2),
-                "multi_boxed_share": min(1.0, 0.05 + 0.8 * level), "ngram_repeat": min(1.0, 0.02 + 0.5 * level),
-                "truncation_rate": min(1.0, 0.03 + 0.7 * level), "mean_length": 300 + 900 * level}
+        return {
+            "boxed_per_response": 1 + 2.5 * level + rng.uniform(0, 0.2),
+            "multi_boxed_share": min(1.0, 0.05 + 0.8 * level),
+            "ngram_repeat": min(1.0, 0.02 + 0.5 * level),
+            "truncation_rate": min(1.0, 0.03 + 0.7 * level),
+            "mean_length": 300 + 900 * level,
+        }
 
     ev = []
     for b, (kind, bd) in benches.items():
-        ev.append({**_identity("Base", *[None] * 8), "checkpoint": "final", "benchmark": b, "kind": kind,
-                   "bench_domain": bd, "acc": base_acc[b], "stderr": 0.02, "n_prompts": 32, "n_samples": 8,
-                   **artifacts(0.0), "base_acc": base_acc[b], "relperf": 0.0, "gain": 0.0, "forgetting": 0.0})
+        ev.append(
+            {
+                **_identity("Base", *[None] * 8),
+                "checkpoint": "final",
+                "benchmark": b,
+                "kind": kind,
+                "bench_domain": bd,
+                "acc": base_acc[b],
+                "stderr": 0.02,
+                "n_prompts": 32,
+                "n_samples": 8,
+                **artifacts(0.0),
+                "base_acc": base_acc[b],
+                "relperf": 0.0,
+                "gain": 0.0,
+                "forgetting": 0.0,
+            }
+        )
     for chain, stage, cont, single, runs in _chains():
         for label, method, alpha, stem, forget, collapse in runs:
             for s in SEEDS:
@@ -71,11 +121,24 @@ def synthetic_tables(seed: int = 0) -> dict[str, pd.DataFrame]:
                     acc = float(np.clip(base_acc[b] * (1 + rel / 100), 0, 1))
                     rel = 100 * (acc - base_acc[b]) / base_acc[b]
                     for ckpt in ("step-10", "final"):
-                        ev.append({**_identity(label, method, alpha, stem, s, chain, stage, cont, single),
-                                   "checkpoint": ckpt, "benchmark": b, "kind": kind, "bench_domain": bd, "acc": acc,
-                                   "stderr": 0.03, "n_prompts": 32, "n_samples": 8, **artifacts(level),
-                                   "base_acc": base_acc[b], "relperf": rel, "gain": max(rel, 0),
-                                   "forgetting": max(-rel, 0)})
+                        ev.append(
+                            {
+                                **_identity(label, method, alpha, stem, s, chain, stage, cont, single),
+                                "checkpoint": ckpt,
+                                "benchmark": b,
+                                "kind": kind,
+                                "bench_domain": bd,
+                                "acc": acc,
+                                "stderr": 0.03,
+                                "n_prompts": 32,
+                                "n_samples": 8,
+                                **artifacts(level),
+                                "base_acc": base_acc[b],
+                                "relperf": rel,
+                                "gain": max(rel, 0),
+                                "forgetting": max(-rel, 0),
+                            }
+                        )
     drift, responses = [], []
     point_index = 0
     for stage, dom in enumerate(DOMAINS, 1):
@@ -86,11 +149,19 @@ def synthetic_tables(seed: int = 0) -> dict[str, pd.DataFrame]:
                 for s in SEEDS:
                     scale = point_index * (1 + forget) * (1 + 0.05 * s)
                     for mtype in ("all", "q_proj"):
-                        row = {**_identity(label, method, alpha, stem, s, DOMAINS[:stage], stage, True, stage == 1),
-                               "checkpoint": f"step-{step}", "point": f"{dom}@{step}", "point_index": point_index,
-                               "matrix_type": mtype}
-                        centre = {"nss": 3e-6 * scale, "max_pa_deg": 0.15 * scale, "pm_overlap": 100 - 0.03 * scale,
-                                  "pm_update": 5 + 0.1 * scale}
+                        row = {
+                            **_identity(label, method, alpha, stem, s, DOMAINS[:stage], stage, True, stage == 1),
+                            "checkpoint": f"step-{step}",
+                            "point": f"{dom}@{step}",
+                            "point_index": point_index,
+                            "matrix_type": mtype,
+                        }
+                        centre = {
+                            "nss": 3e-6 * scale,
+                            "max_pa_deg": 0.15 * scale,
+                            "pm_overlap": 100 - 0.03 * scale,
+                            "pm_update": 5 + 0.1 * scale,
+                        }
                         for m, v in centre.items():
                             row[f"{m}_mean"] = v
                             row[f"{m}_median"] = v * 0.98
@@ -101,26 +172,68 @@ def synthetic_tables(seed: int = 0) -> dict[str, pd.DataFrame]:
             for s in SEEDS:
                 for b, (kind, _bd) in benches.items():
                     for doc in range(6):
-                        responses.append({**_identity(label, method, alpha, stem, s, DOMAINS[:stage], stage, True,
-                                                      stage == 1),
-                                          "benchmark": b, "kind": kind, "doc_id": doc,
-                                          "similarity": float(np.clip(95 - 6 * stage * forget + rng.normal(0, 6), 0,
-                                                                      100))})
+                        responses.append(
+                            {
+                                **_identity(label, method, alpha, stem, s, DOMAINS[:stage], stage, True, stage == 1),
+                                "benchmark": b,
+                                "kind": kind,
+                                "doc_id": doc,
+                                "similarity": float(np.clip(95 - 6 * stage * forget + rng.normal(0, 6), 0, 100)),
+                            }
+                        )
     datasets = [(f"{d}_train", "train") for d in DOMAINS] + [(b, r) for b, (r, _) in benches.items()]
     centres = {name: rng.normal(0, 1, 2) for name, _ in datasets}
-    mmd = [{"dataset_a": a, "role_a": ra, "dataset_b": b, "role_b": rb,
-            "mmd": 0.0 if a == b else float(np.linalg.norm(centres[a] - centres[b]) ** 2 / 20), "bandwidth": 0.8}
-           for a, ra in datasets for b, rb in datasets]
-    tsne = [{"dataset": name, "role": role, "index": i, "x": centres[name][0] * 10 + rng.normal(),
-             "y": centres[name][1] * 10 + rng.normal()} for name, role in datasets for i in range(30)]
-    teachers = [("Base", "base", np.nan, "base", 0.327), ("Frozen", "sdpo", 0.0, "sdpo_a0", 0.564),
-                ("EMA 5%", "sdpo", 0.05, "sdpo_a0.05", 0.344),
-                ("StableSDPO", "stable_sdpo", 0.05, "stable-sdpo_a0.05", 0.55)]
-    teacher = [{"teacher": t, "run": f"{stem}_s{s}", "method": meth, "alpha": a, "seed": s, "benchmark": "aime24",
-                "acc": acc + rng.normal(0, 0.01), "stderr": 0.02}
-               for t, meth, a, stem, acc in teachers for s in SEEDS]
-    out = {"eval": ev, "drift_params": drift, "drift_responses": responses, "domain_mmd": mmd, "tsne": tsne,
-           "teacher_stability": teacher}
+    mmd = [
+        {
+            "dataset_a": a,
+            "role_a": ra,
+            "dataset_b": b,
+            "role_b": rb,
+            "mmd": 0.0 if a == b else float(np.linalg.norm(centres[a] - centres[b]) ** 2 / 20),
+            "bandwidth": 0.8,
+        }
+        for a, ra in datasets
+        for b, rb in datasets
+    ]
+    tsne = [
+        {
+            "dataset": name,
+            "role": role,
+            "index": i,
+            "x": centres[name][0] * 10 + rng.normal(),
+            "y": centres[name][1] * 10 + rng.normal(),
+        }
+        for name, role in datasets
+        for i in range(30)
+    ]
+    teachers = [
+        ("Base", "base", np.nan, "base", 0.327),
+        ("Frozen", "sdpo", 0.0, "sdpo_a0", 0.564),
+        ("EMA 5%", "sdpo", 0.05, "sdpo_a0.05", 0.344),
+        ("StableSDPO", "stable_sdpo", 0.05, "stable-sdpo_a0.05", 0.55),
+    ]
+    teacher = [
+        {
+            "teacher": t,
+            "run": f"{stem}_s{s}",
+            "method": meth,
+            "alpha": a,
+            "seed": s,
+            "benchmark": "aime24",
+            "acc": acc + rng.normal(0, 0.01),
+            "stderr": 0.02,
+        }
+        for t, meth, a, stem, acc in teachers
+        for s in SEEDS
+    ]
+    out = {
+        "eval": ev,
+        "drift_params": drift,
+        "drift_responses": responses,
+        "domain_mmd": mmd,
+        "tsne": tsne,
+        "teacher_stability": teacher,
+    }
     return {name: pd.DataFrame(rows, columns=plots.TABLE_COLUMNS[name]) for name, rows in out.items()}
 
 
@@ -130,8 +243,14 @@ def write_tables(frames: dict[str, pd.DataFrame], directory) -> None:
         df.to_csv(directory / f"{name}.csv", index=False)
 
 
-STYLE = {"formats": ["png", "pdf"], "dpi": 60, "context": "paper", "font_scale": 1.0, "style": "whitegrid",
-         "palette": "colorblind"}
+STYLE = {
+    "formats": ["png", "pdf"],
+    "dpi": 60,
+    "context": "paper",
+    "font_scale": 1.0,
+    "style": "whitegrid",
+    "palette": "colorblind",
+}
 
 
 def assert_valid(paths, formats=("png", "pdf")):
@@ -190,10 +309,18 @@ def test_method_styles_are_stable_across_subsets():
     assert plots.method_styles(["GRPO"], "deep")["GRPO"][0] != full["GRPO"][0]  # the configured palette is used
 
 
-@pytest.mark.parametrize("label,expected", [("GRPO", "GRPO"), ("SDPO_0", "SDPO$_0$"), ("SDPO_5%", r"SDPO$_{5\%}$"),
-                                            ("SDPO_0^CoT", "SDPO$_0^{CoT}$"), ("StableSDPO", "StableSDPO"),
-                                            ("SDPO_0+mask0.5", "SDPO$_0$+mask0.5"),
-                                            ("GRPO (lr 1e-6)", "GRPO (lr 1e-6)")])
+@pytest.mark.parametrize(
+    "label,expected",
+    [
+        ("GRPO", "GRPO"),
+        ("SDPO_0", "SDPO$_0$"),
+        ("SDPO_5%", r"SDPO$_{5\%}$"),
+        ("SDPO_0^CoT", "SDPO$_0^{CoT}$"),
+        ("StableSDPO", "StableSDPO"),
+        ("SDPO_0+mask0.5", "SDPO$_0$+mask0.5"),
+        ("GRPO (lr 1e-6)", "GRPO (lr 1e-6)"),
+    ],
+)
 def test_pretty_labels_are_valid_mathtext(label, expected):
     from matplotlib.mathtext import MathTextParser
 
@@ -225,9 +352,10 @@ def test_missing_methods_and_single_domain_rows_still_give_figures(tmp_path):
 
 def test_empty_or_absent_tables_give_a_no_data_figure(tmp_path):
     directory = tmp_path / "tables"
-    write_tables({name: pd.DataFrame(columns=cols) for name, cols in plots.TABLE_COLUMNS.items()
-                  if name != "tsne"}, directory)   # tsne.csv absent altogether
-    (directory / "teacher_stability.csv").write_text("")   # a zero-byte file
+    write_tables(
+        {name: pd.DataFrame(columns=cols) for name, cols in plots.TABLE_COLUMNS.items() if name != "tsne"}, directory
+    )  # tsne.csv absent altogether
+    (directory / "teacher_stability.csv").write_text("")  # a zero-byte file
     for name in plots.FIGURES:
         assert_valid(plots.make_figure(name, directory, {"formats": ["png"], "dpi": 50}, tmp_path / "out"), ("png",))
 

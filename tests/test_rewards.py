@@ -21,8 +21,16 @@ from sdpocl.rewards import (
     tooluse_reward,
 )
 
-EXTRA = dict(prompts=["p"], completion_ids=[[1, 2]], trainer_state=None, log_extra=None,
-             log_metric=None, domain=["x"], dataset=["d"], solution=["s"])
+EXTRA = dict(
+    prompts=["p"],
+    completion_ids=[[1, 2]],
+    trainer_state=None,
+    log_extra=None,
+    log_metric=None,
+    domain=["x"],
+    dataset=["d"],
+    solution=["s"],
+)
 
 
 def chat(text: str) -> list[dict]:
@@ -58,8 +66,12 @@ def test_completion_text_variants():
         {"role": "assistant", "content": "second"},
     ]
     assert completion_text(conv) == "second"
-    assert completion_text([{"role": "assistant", "content": [{"type": "text", "text": "a"},
-                                                              {"type": "text", "text": "b"}]}]) == "ab"
+    assert (
+        completion_text(
+            [{"role": "assistant", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}]
+        )
+        == "ab"
+    )
     assert completion_text(None) == ""
 
 
@@ -78,10 +90,15 @@ def test_math_right_wrong_malformed():
 
 
 def test_math_numeric_normalisation():
-    comps = [" <think>x</think> \\boxed{68.0}", " <think>x</think> \\boxed{ 68 }",
-             " <think>x</think> \\boxed{68.}", " <think>x</think> \\boxed{1,000}",
-             " <think>x</think> \\boxed{-0.50}", " <think>x</think> \\boxed{$7$}",
-             " <think>x</think> \\boxed{67.9}"]
+    comps = [
+        " <think>x</think> \\boxed{68.0}",
+        " <think>x</think> \\boxed{ 68 }",
+        " <think>x</think> \\boxed{68.}",
+        " <think>x</think> \\boxed{1,000}",
+        " <think>x</think> \\boxed{-0.50}",
+        " <think>x</think> \\boxed{$7$}",
+        " <think>x</think> \\boxed{67.9}",
+    ]
     answers = ["68", "68", "68", "1000", "-.5", "7", "68"]
     assert math_reward(comps, answer=answers) == [1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 0.0]
     assert math_reward([" <think>x</think> \\boxed{\\text{68}}"], answer=["68"]) == [1.0]
@@ -166,22 +183,28 @@ def test_tooluse_right_wrong_malformed():
         ' <think>weather</think> Action: get_weather\nAction Input: {"city": "Rome"}',
         ' <think>weather</think> Action: get_time\nAction Input: {"city": "Paris"}',
         ' <think>weather</think> Action: get_weather\nAction Input: {"city": "Paris"',  # bad JSON
-        ' <think>weather</think> Action: get_weather\nAction Input: city=Paris',
-        ' <think>weather</think> I would call get_weather for Paris.',
+        " <think>weather</think> Action: get_weather\nAction Input: city=Paris",
+        " <think>weather</think> I would call get_weather for Paris.",
         ' <think>weather</think> Action: get_weather\nAction Input: ["Paris"]',
     ]
     assert tooluse_reward(comps, answer=[REF1] * len(comps), **EXTRA) == [1, 0, 0, 0, 0, 0, 0]
 
 
 def test_tooluse_multiset_and_merge():
-    ok_order = (' <think>two</think> Action: get_weather\nAction Input: {"city": "Paris"}\n'
-                'Action: search\nAction Input: {"q": "x"}')
-    same_order = (' <think>two</think> Action: search\nAction Input: {"q": "x"}\n'
-                  'Action: get_weather\nAction Input: {"city": "Paris"}')
+    ok_order = (
+        ' <think>two</think> Action: get_weather\nAction Input: {"city": "Paris"}\n'
+        'Action: search\nAction Input: {"q": "x"}'
+    )
+    same_order = (
+        ' <think>two</think> Action: search\nAction Input: {"q": "x"}\n'
+        'Action: get_weather\nAction Input: {"city": "Paris"}'
+    )
     missing = ' <think>one</think> Action: search\nAction Input: {"q": "x", "city": "Paris"}'
     duplicate = same_order + '\nAction: search\nAction Input: {"q": "x"}'
-    overwrite = (' <think>o</think> Action: search\nAction Input: {"q": "y", "city": "Paris"}\n'
-                 'Action: get_weather\nAction Input: {"q": "x"}')
+    overwrite = (
+        ' <think>o</think> Action: search\nAction Input: {"q": "y", "city": "Paris"}\n'
+        'Action: get_weather\nAction Input: {"q": "x"}'
+    )
     extra_key = same_order + ' \nAction Input: {"units": "C"}'
     comps = [ok_order, same_order, missing, duplicate, overwrite, extra_key]
     assert tooluse_reward(comps, answer=[REF2] * len(comps)) == [1, 1, 0, 0, 1, 0]
@@ -230,10 +253,14 @@ def test_code_reward_cases():
 
 
 def test_code_reward_longest_block_chosen():
-    longest_good = (" <think>t</think> ```python\ndef f(x):\n    return 0\n```\n"
-                    "```python\ndef f(x):\n    # the real one\n    return x + 7\n```")
-    longest_bad = (" <think>t</think> ```python\ndef f(x):\n    return x+7\n```\n"
-                   "```python\ndef f(x):\n    # a longer but wrong version\n    return x - 7\n```")
+    longest_good = (
+        " <think>t</think> ```python\ndef f(x):\n    return 0\n```\n"
+        "```python\ndef f(x):\n    # the real one\n    return x + 7\n```"
+    )
+    longest_bad = (
+        " <think>t</think> ```python\ndef f(x):\n    return x+7\n```\n"
+        "```python\ndef f(x):\n    # a longer but wrong version\n    return x - 7\n```"
+    )
     assert code_reward([longest_good, longest_bad], tests=[TESTS, TESTS]) == [1.0, 0.0]
 
 

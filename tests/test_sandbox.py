@@ -1,4 +1,4 @@
-"""Adversarial tests for sdpocl.sandbox: hostile programs must fail, within the
+"""Adversarial tests for sdpocl.rewards.sandbox: hostile programs must fail, within the
 limits, without touching anything outside their throw-away directory."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import time
 
 import pytest
 
-from sdpocl import sandbox
-from sdpocl.sandbox import SandboxResult, run_batch, run_program
+from sdpocl.rewards import sandbox
+from sdpocl.rewards.sandbox import SandboxResult, run_batch, run_program
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux sandbox")
 
@@ -279,7 +279,7 @@ def test_mixed_batch_adversarial(victim):
 
 
 def test_batch_of_64_trivial_programs_is_fast():
-    progs = [["def f(x):\n    return x + %d" % i, "assert f(1) == %d" % (i + 1)] for i in range(64)]
+    progs = [[f"def f(x):\n    return x + {i}", f"assert f(1) == {i + 1}"] for i in range(64)]
     t0 = time.monotonic()
     res = run_batch(progs)
     elapsed = time.monotonic() - t0
@@ -302,8 +302,10 @@ def test_temp_dirs_removed(monkeypatch):
         os.chmod(base, 0o755)
         monkeypatch.setattr(tempfile, "tempdir", base)
         res = run_batch(
-            ["import os\nos.mkdir('d')\nopen('d/x', 'w').write('x' * 1000)",
-             "open('f', 'w').write('y')\nwhile True: pass"],
+            [
+                "import os\nos.mkdir('d')\nopen('d/x', 'w').write('x' * 1000)",
+                "open('f', 'w').write('y')\nwhile True: pass",
+            ],
             timeout_s=TIMEOUT,
         )
         assert res[0].ok and not res[1].ok

@@ -27,9 +27,9 @@ from pathlib import Path
 
 import pytest
 import yaml
+from workflow_utils import BIN, ROOT, scheduled_jobs
 
 from sdpocl.config import expand_runs
-from workflow_utils import BIN, ROOT, scheduled_jobs
 
 SLURM_SCRIPTS = ROOT / "tests" / "slurm"
 GPU_RULES = ("train_stage", "evaluate_checkpoint", "evaluate_base")
@@ -66,8 +66,9 @@ def _snakemake_cmd(*args: str) -> list[str]:
 
 
 def _run(slurm_env: dict, *args: str, timeout: float = 120, check: bool = True) -> subprocess.CompletedProcess:
-    proc = subprocess.run(_snakemake_cmd(*args), cwd=ROOT, capture_output=True, text=True, env=slurm_env,
-                          timeout=timeout)
+    proc = subprocess.run(
+        _snakemake_cmd(*args), cwd=ROOT, capture_output=True, text=True, env=slurm_env, timeout=timeout
+    )
     if check and proc.returncode != 0:
         raise AssertionError(f"snakemake {' '.join(args)} failed:\n{proc.stdout[-4000:]}\n{proc.stderr[-6000:]}")
     return proc
@@ -112,24 +113,39 @@ def _write_config(config: dict, path: Path) -> Path:
 
 def _mb(size: str) -> int:
     """scontrol's memory sizes (64000M, 62.50G) in MB."""
-    return round(float(size[:-1]) * {"M": 1, "G": 1024, "T": 1024 ** 2}[size[-1]])
+    return round(float(size[:-1]) * {"M": 1, "G": 1024, "T": 1024**2}[size[-1]])
 
 
 def _slurm_args(logdir: Path) -> list[str]:
     """What the tests add to the profile: quicker first status checks (the profile's plugin
     default is 40 s) and the plugin's job logs in the test's tmp dir instead of .snakemake/."""
-    return ["--slurm-init-seconds-before-status-checks", "2", "--slurm-logdir", str(logdir),
-            "--slurm-keep-successful-logs"]
+    return [
+        "--slurm-init-seconds-before-status-checks",
+        "2",
+        "--slurm-logdir",
+        str(logdir),
+        "--slurm-keep-successful-logs",
+    ]
 
 
 # --- runs everywhere: the profile answers to its name and sets the resources ------------------
 
+
 def test_profile_by_name_sets_gpu_and_attempt_scaled_resources(tmp_path):
-    by_name = _run(_base_env(), "--profile", "slurm", "-n", "--configfile", "config/smoke.yaml",
-                   "--config", f"results={tmp_path}")
+    by_name = _run(
+        _base_env(), "--profile", "slurm", "-n", "--configfile", "config/smoke.yaml", "--config", f"results={tmp_path}"
+    )
     assert "Using profile slurm " in by_name.stdout + by_name.stderr
-    by_path = _run(_base_env(), "--profile", "profiles/slurm", "-n", "--configfile", "config/smoke.yaml",
-                   "--config", f"results={tmp_path}")
+    by_path = _run(
+        _base_env(),
+        "--profile",
+        "profiles/slurm",
+        "-n",
+        "--configfile",
+        "config/smoke.yaml",
+        "--config",
+        f"results={tmp_path}",
+    )
     assert scheduled_jobs(by_name.stdout) == scheduled_jobs(by_path.stdout) != {}
     blocks = re.split(r"\n(?=rule |localrule )", by_name.stdout)
     train = next(b for b in blocks if b.startswith("rule train_stage:"))
@@ -140,6 +156,7 @@ def test_profile_by_name_sets_gpu_and_attempt_scaled_resources(tmp_path):
 
 # --- a real Slurm -------------------------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def slurm(tmp_path_factory):
     if os.geteuid() != 0:
@@ -148,8 +165,7 @@ def slurm(tmp_path_factory):
     if not installed and shutil.which("apt-get") is None:
         pytest.skip("Slurm is not installed and apt-get is unavailable to install it")
     state = tmp_path_factory.mktemp("slurm")
-    start = subprocess.run([str(SLURM_SCRIPTS / "start.sh"), str(state)], capture_output=True, text=True,
-                           timeout=900)
+    start = subprocess.run([str(SLURM_SCRIPTS / "start.sh"), str(state)], capture_output=True, text=True, timeout=900)
     if start.returncode != 0:
         pytest.fail(f"tests/slurm/start.sh failed:\n{start.stdout[-3000:]}\n{start.stderr[-6000:]}")
     env = {**_base_env(), "SLURM_CONF": str(state / "slurm.conf")}
@@ -168,8 +184,15 @@ def slurm_smoke(slurm, tmp_path_factory):
     config = ["--configfile", str(grid), "--config", f"results={results}"]
     planned = scheduled_jobs(_run(slurm.env, "-n", "-q", "rules", *config).stdout)
     t0 = time.time()
-    proc = _run(slurm.env, "--profile", "slurm", *config, *_slurm_args(work / "slurm_logs"),
-                timeout=SMOKE_TIMEOUT_S, check=False)
+    proc = _run(
+        slurm.env,
+        "--profile",
+        "slurm",
+        *config,
+        *_slurm_args(work / "slurm_logs"),
+        timeout=SMOKE_TIMEOUT_S,
+        check=False,
+    )
     seconds = time.time() - t0
     assert proc.returncode == 0, f"{proc.stdout[-4000:]}\n{proc.stderr[-8000:]}"
     print(f"smoke grid through Slurm: {sum(planned.values())} jobs in {seconds:.0f} s")
@@ -193,8 +216,9 @@ def test_slurm_saw_gpu_jobs_and_no_aggregation_or_plots(slurm_smoke):
         rule = _rule_of(job.get("Comment", ""), rules)
         assert rule is not None, f"a Slurm job that is no rule's: {job}"
         per_rule.setdefault(rule, []).append(job)
-    assert all(job["JobState"] == "COMPLETED" for js in per_rule.values() for job in js), \
-        {r: [j["JobState"] for j in js] for r, js in per_rule.items()}
+    assert all(job["JobState"] == "COMPLETED" for js in per_rule.values() for job in js), {
+        r: [j["JobState"] for j in js] for r, js in per_rule.items()
+    }
 
     def gpus(job):
         return " ".join(job.get(k, "") for k in ("TresPerJob", "TresPerNode", "TresPerTask"))
@@ -217,8 +241,9 @@ def test_slurm_saw_gpu_jobs_and_no_aggregation_or_plots(slurm_smoke):
             assert "gpu" not in gpus(job), job
 
 
-def _interrupt_after_checkpoint(slurm: Slurm, proc: subprocess.Popen, state: Path, how: str,
-                                timeout: float = 600) -> tuple[str, int]:
+def _interrupt_after_checkpoint(
+    slurm: Slurm, proc: subprocess.Popen, state: Path, how: str, timeout: float = 600
+) -> tuple[str, int]:
     """Wait for the train_stage job's first complete intermediate checkpoint, then interrupt it:
     `scancel` (Snakemake sees CANCELLED and retries) or `scontrol requeue` (preemption with
     requeue: Slurm runs the same job again; Snakemake only sees it pending, then running)."""
@@ -270,9 +295,14 @@ def test_interrupted_train_job_resumes_from_its_checkpoint(slurm, slurm_smoke, t
     assert planned == {"train_stage": 1}, planned
 
     with open(tmp_path / "snakemake.log", "w") as log:
-        proc = subprocess.Popen(_snakemake_cmd(*args, "--profile", "slurm", *_slurm_args(tmp_path / "slurm_logs")),
-                                cwd=ROOT, env=slurm.env, stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            _snakemake_cmd(*args, "--profile", "slurm", *_slurm_args(tmp_path / "slurm_logs")),
+            cwd=ROOT,
+            env=slurm.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         try:
             first, seen = _interrupt_after_checkpoint(slurm, proc, state, how)
             rc = proc.wait(timeout=600)
@@ -292,8 +322,10 @@ def test_interrupted_train_job_resumes_from_its_checkpoint(slurm, slurm_smoke, t
     assert not state.exists(), "resume state is removed after success"
 
     comment = f"rule_train_stage_wildcards_{run}_{first_domain}"
-    jobs = sorted((j for j in slurm.jobs() if j.get("Comment") == comment and int(j["JobId"]) >= int(first)),
-                  key=lambda j: int(j["JobId"]))
+    jobs = sorted(
+        (j for j in slurm.jobs() if j.get("Comment") == comment and int(j["JobId"]) >= int(first)),
+        key=lambda j: int(j["JobId"]),
+    )
     states = [(j["JobState"], j["Restarts"], j["TimeLimit"]) for j in jobs]
     if how == "scancel":
         # a new submission, attempt 2: runtime "240 * attempt" doubles the time limit

@@ -5,15 +5,14 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 
 import pandas as pd
 import pytest
 import torch
 from safetensors.torch import load_file
+from workflow_utils import BIN, ROOT, scheduled_jobs, snakemake
 
 from sdpocl.config import chains_for, expand_runs, load_config, run_by_name, stage_settings
-from workflow_utils import BIN, ROOT, scheduled_jobs, snakemake
 
 pytestmark = pytest.mark.slow
 
@@ -32,17 +31,27 @@ def test_every_stage_written(smoke_results):
             assert steps == list(range(save_every, summary["steps_planned"] + 1, save_every))
             log = [json.loads(line) for line in (stage / "train_log.jsonl").read_text().splitlines()]
             assert [row["step"] for row in log] == list(range(1, summary["steps_planned"] + 1))
-            assert all("reward" in row and "completion_length" in row and "boxed_per_completion" in row
-                       for row in log)
+            assert all("reward" in row and "completion_length" in row and "boxed_per_completion" in row for row in log)
             drift = pd.read_csv(stage / "drift_params.csv")
             overall = drift[drift.matrix_type == "all"]
             assert list(overall.checkpoint) == [str(s) for s in steps] + ["final"]
-            assert set(drift.matrix_type) == {"all", "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
-                                              "down_proj"}
+            assert set(drift.matrix_type) == {
+                "all",
+                "q_proj",
+                "k_proj",
+                "v_proj",
+                "o_proj",
+                "gate_proj",
+                "up_proj",
+                "down_proj",
+            }
             assert (overall.pm_overlap_mean <= 100).all() and (overall.nss_mean >= 0).all()
             resolved = json.loads((stage / "resolved_config.json").read_text())
-            expected_parent = (str(smoke_results / "base" / "model") if len(chain) == 1
-                               else str(smoke_results / "runs" / run.name / "/".join(chain[:-1]) / "model"))
+            expected_parent = (
+                str(smoke_results / "base" / "model")
+                if len(chain) == 1
+                else str(smoke_results / "runs" / run.name / "/".join(chain[:-1]) / "model")
+            )
             assert os.path.samefile(resolved["parent_model"], expected_parent)
             n += 1
     assert n == 26
@@ -73,8 +82,22 @@ def test_nothing_to_do_after_a_full_run(smoke_results):
 
 
 def _train(settings, parent, data, out, state, env=None):
-    cmd = [str(BIN / "sdpocl"), "train-stage", "--settings", json.dumps(settings), "--parent", str(parent),
-           "--data", str(data), "--out", str(out), "--state", str(state), "--threads", "1"]
+    cmd = [
+        str(BIN / "sdpocl"),
+        "train-stage",
+        "--settings",
+        json.dumps(settings),
+        "--parent",
+        str(parent),
+        "--data",
+        str(data),
+        "--out",
+        str(out),
+        "--state",
+        str(state),
+        "--threads",
+        "1",
+    ]
     return subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **(env or {})})
 
 
@@ -88,8 +111,14 @@ def test_resume_after_kill_matches_uninterrupted(smoke_results, tmp_path, run_na
     full = _train(settings, parent, data, tmp_path / "full", tmp_path / "full_state")
     assert full.returncode == 0, full.stderr[-3000:]
 
-    killed = _train(settings, parent, data, tmp_path / "resumed", tmp_path / "resumed_state",
-                    env={"SDPOCL_KILL_AFTER_CHECKPOINT": "4"})
+    killed = _train(
+        settings,
+        parent,
+        data,
+        tmp_path / "resumed",
+        tmp_path / "resumed_state",
+        env={"SDPOCL_KILL_AFTER_CHECKPOINT": "4"},
+    )
     assert killed.returncode != 0
     assert not (tmp_path / "resumed" / "summary.json").exists()
     assert (tmp_path / "resumed_state" / "checkpoint-4" / "COMPLETE").exists()
@@ -113,8 +142,9 @@ def test_stale_resume_state_is_discarded(smoke_results, tmp_path):
     config = load_config(ROOT / "config/smoke.yaml")
     settings = stage_settings(config, run_by_name(config, "grpo_s0"), ("math",))
     parent, data = smoke_results / "base" / "model", smoke_results / "data" / "math" / "train.jsonl"
-    killed = _train(settings, parent, data, tmp_path / "out", tmp_path / "state",
-                    env={"SDPOCL_KILL_AFTER_CHECKPOINT": "2"})
+    killed = _train(
+        settings, parent, data, tmp_path / "out", tmp_path / "state", env={"SDPOCL_KILL_AFTER_CHECKPOINT": "2"}
+    )
     assert killed.returncode != 0
     settings["lr"] = settings["lr"] * 2  # a changed setting must not resume from the old state
     again = _train(settings, parent, data, tmp_path / "out", tmp_path / "state")
@@ -138,6 +168,8 @@ def test_diverged_stage_is_recorded_as_collapsed_and_the_chain_goes_on(smoke_res
     assert all(torch.isfinite(t).all() for t in handed_on.values())
 
     child = stage_settings(config, run_by_name(config, "grpo_s0"), ("math", "science"))
-    nxt = _train(child, tmp_path / "math" / "model", data / "science" / "train.jsonl", tmp_path / "sci", tmp_path / "s2")
+    nxt = _train(
+        child, tmp_path / "math" / "model", data / "science" / "train.jsonl", tmp_path / "sci", tmp_path / "s2"
+    )
     assert nxt.returncode == 0, nxt.stderr[-3000:]
     assert json.loads((tmp_path / "sci" / "summary.json").read_text())["steps_done"] == child["steps"]

@@ -2,14 +2,19 @@
 
 import math
 
-from sdpocl.train import COMPLETE, fingerprint, last_complete_checkpoint, step_log, summarize
+from sdpocl.train.stage import COMPLETE, fingerprint, last_complete_checkpoint, step_log, summarize
 
 
 def test_step_log_maps_grpo_and_sdpo_keys():
     history = [
         {"step": 1, "loss": 0.5, "reward": 0.25, "completions/mean_length": 12.0, "rewards/boxed_count/mean": 1.0},
-        {"step": 2, "loss": 0.4, "self_distillation/reward_mean": 0.5, "self_distillation/rewards/boxed_count": 2.0,
-         "distill_token_fraction": 0.3},
+        {
+            "step": 2,
+            "loss": 0.4,
+            "self_distillation/reward_mean": 0.5,
+            "self_distillation/rewards/boxed_count": 2.0,
+            "distill_token_fraction": 0.3,
+        },
         {"step": 2, "train_runtime": 3.0},  # the final summary entry is not a step
     ]
     rows = step_log(history)
@@ -20,7 +25,10 @@ def test_step_log_maps_grpo_and_sdpo_keys():
 
 
 def test_summary_reward_fifths():
-    log = [{"step": i + 1, "loss": 0.1, "reward": r} for i, r in enumerate([0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0])]
+    log = [
+        {"step": i + 1, "loss": 0.1, "reward": r}
+        for i, r in enumerate([0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0])
+    ]
     s = summarize(log, 10, patience=3)
     assert math.isclose(s["reward_first_fifth"], 0.15) and math.isclose(s["reward_last_fifth"], 0.95)
     assert s["collapsed"] is False and s["steps_done"] == 10
@@ -60,7 +68,7 @@ def test_fingerprint_depends_on_settings_and_parent():
 
 def test_multi_gpu_processes_split_the_global_batch(monkeypatch, smoke_config):
     from sdpocl.config import expand_runs, stage_settings, validate_config
-    from sdpocl.train import trainer_kwargs
+    from sdpocl.train.stage import trainer_kwargs
 
     cfg = validate_config(smoke_config)
     settings = stage_settings(cfg, expand_runs(cfg)[0], ("math",))
@@ -76,7 +84,7 @@ def test_multi_gpu_processes_split_the_global_batch(monkeypatch, smoke_config):
 
 
 def test_rollouts_use_vllm_only_on_a_gpu_with_vllm(monkeypatch):
-    from sdpocl.train import rollout_kwargs
+    from sdpocl.train.stage import rollout_kwargs
 
     assert rollout_kwargs(use_cpu=True) == {}
     monkeypatch.setenv("SDPOCL_ROLLOUTS", "hf")

@@ -4,9 +4,9 @@ from collections import Counter
 
 import pytest
 import yaml
+from workflow_utils import ROOT, scheduled_jobs, snakemake, stage_wildcards
 
 from sdpocl.config import chains_for, expand_runs, load_config
-from workflow_utils import ROOT, scheduled_jobs, snakemake, stage_wildcards
 
 
 def expected_stages(config_path):
@@ -20,8 +20,15 @@ def test_paper_grid_job_counts(tmp_path):
     per_run = Counter(run for run, _ in stages)
     # 9 runs x 4 chain stages, plus single-domain runs (science, tooluse, code) for 3 of them
     assert per_run == {
-        "grpo_s0": 7, "grpo-lr1e-6_s0": 4, "sdpo_a0_s0": 7, "sdpo_a0.01_s0": 4, "sdpo_a0.05_s0": 7,
-        "sdpo_a0.1_s0": 4, "stable-sdpo_a0.05_s0": 4, "sdpo-cot_a0_s0": 4, "sdpo-mask0.5_a0_s0": 4,
+        "grpo_s0": 7,
+        "grpo-lr1e-6_s0": 4,
+        "sdpo_a0_s0": 7,
+        "sdpo_a0.01_s0": 4,
+        "sdpo_a0.05_s0": 7,
+        "sdpo_a0.1_s0": 4,
+        "stable-sdpo_a0.05_s0": 4,
+        "sdpo-cot_a0_s0": 4,
+        "sdpo-mask0.5_a0_s0": 4,
     }
     assert per_run == expected_stages("config/paper.yaml")
     assert scheduled_jobs(proc.stdout)["train_stage"] == 45
@@ -46,6 +53,13 @@ def test_several_seeds_multiply_runs(tmp_path):
     path.write_text(yaml.safe_dump(cfg))
     proc = snakemake("-n", results=tmp_path / "r", configfile=str(path))
     assert scheduled_jobs(proc.stdout)["train_stage"] == 52
+
+
+def test_list_overrides_on_the_command_line(tmp_path):
+    """`--config 'seeds=[0,1,2]'` reaches the grid as integers (Snakemake passes list items as strings)."""
+    proc = snakemake("-n", "--config", f"results={tmp_path}", "seeds=[0,1,2]", 'train={"lr": 1e-5}')
+    assert scheduled_jobs(proc.stdout)["train_stage"] == 78
+    assert {run for run, _ in stage_wildcards(proc.stdout)} >= {"grpo_s0", "grpo_s1", "grpo_s2"}
 
 
 @pytest.mark.parametrize(
@@ -98,9 +112,21 @@ def test_train_stage_by_hand_reports_bad_input(tmp_path, args, message):
 
     from workflow_utils import BIN
 
-    cmd = [str(BIN / "sdpocl"), "train-stage", "--config", str(ROOT / "config/smoke.yaml"), *args,
-           "--parent", str(tmp_path / "no_model"), "--data", str(tmp_path / "d.jsonl"),
-           "--out", str(tmp_path / "out"), "--state", str(tmp_path / "state")]
+    cmd = [
+        str(BIN / "sdpocl"),
+        "train-stage",
+        "--config",
+        str(ROOT / "config/smoke.yaml"),
+        *args,
+        "--parent",
+        str(tmp_path / "no_model"),
+        "--data",
+        str(tmp_path / "d.jsonl"),
+        "--out",
+        str(tmp_path / "out"),
+        "--state",
+        str(tmp_path / "state"),
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     assert proc.returncode == 2
     assert message in proc.stderr and "Traceback" not in proc.stderr

@@ -12,8 +12,14 @@ ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 
 
-def snakemake(*args: str, results: Path | str | None = None, configfile: str = "config/smoke.yaml",
-              cores: int = 2, check: bool = True, env: dict | None = None) -> subprocess.CompletedProcess:
+def snakemake(
+    *args: str,
+    results: Path | str | None = None,
+    configfile: str = "config/smoke.yaml",
+    cores: int = 2,
+    check: bool = True,
+    env: dict | None = None,
+) -> subprocess.CompletedProcess:
     cmd = [str(BIN / "snakemake"), *args, "--cores", str(cores), "--configfile", configfile]
     if results is not None:
         cmd += ["--config", f"results={results}"]
@@ -36,9 +42,8 @@ def scheduled_jobs(dry_run_output: str) -> dict[str, int]:
             m = re.match(r"^(\w+)\s+(\d+)$", line.strip())
             if m and m.group(1) != "total":
                 counts[m.group(1)] = int(m.group(2))
-            elif line.strip().startswith("total") or not line.strip():
-                if counts:
-                    break
+            elif (line.strip().startswith("total") or not line.strip()) and counts:
+                break
     return counts
 
 

@@ -14,17 +14,19 @@ from sdpocl.chain import CHAIN_REGEX, chain_str, parent_chain, parse_chain, stag
 from sdpocl.config import (
     ConfigError,
     chains_for,
+    coerce_overrides,
     expand_runs,
     stable_json,
     stage_settings,
     validate_config,
 )
-from sdpocl.benchmarks import OOD_GENERATORS, benchmarks_for
-from sdpocl.loaders import OOD_BENCHMARKS as PAPER_OOD
-from sdpocl.domains import DOMAINS
-from sdpocl.tables import BASE_META, FIGURE_CATEGORIES, FIGURE_TABLES
+from sdpocl.data.benchmarks import OOD_GENERATORS, benchmarks_for
+from sdpocl.data.loaders import OOD_BENCHMARKS as PAPER_OOD
+from sdpocl.data.domains import DOMAINS
+from sdpocl.plot.tables import BASE_META, FIGURE_CATEGORIES, FIGURE_TABLES
 
 try:
+    coerce_overrides(config, dict(workflow.config_settings.config))  # --config seeds=[0,1,2] gives strings
     validate_config(config)
 except ConfigError as exc:
     raise WorkflowError(str(exc)) from None
@@ -37,7 +39,9 @@ THREADS = config["train"]["threads"]
 BENCHMARK_NAMES = benchmarks_for(config)
 VARIANT_RUNS = [name for name, run in RUNS.items() if run.cot or run.mask_prob > 0]
 #: paper preset: local mirrors of the hub sources, if configured
-DATA_SOURCES = "" if not config["data"]["sources"] else f"--sources {shlex.quote(stable_json(config['data']['sources']))}"
+DATA_SOURCES = (
+    "" if not config["data"]["sources"] else f"--sources {shlex.quote(stable_json(config['data']['sources']))}"
+)
 #: what a changed value of must re-evaluate: sampling, limits and the chat template
 EVAL_SETTINGS = stable_json({**config["evaluate"], "chat_template": not TINY})
 
@@ -78,8 +82,11 @@ def eval_checkpoints(run, chain):
 
 
 def all_eval_outputs():
-    return [stage_path(run, chain, f"eval/{ckpt}/scores.json")
-            for run, chain in all_stages() for ckpt in eval_checkpoints(run, chain)]
+    return [
+        stage_path(run, chain, f"eval/{ckpt}/scores.json")
+        for run, chain in all_stages()
+        for ckpt in eval_checkpoints(run, chain)
+    ]
 
 
 def eval_task_files():
@@ -100,14 +107,24 @@ def eval_model_path(wildcards):
 def eval_meta(wildcards):
     """Identity of an evaluated checkpoint (wildcards only, so Snakemake tracks it)."""
     run = RUNS[wildcards.run]
-    return stable_json({"run": run.name, "label": run.label, "method": run.method, "alpha": run.alpha,
-                        "seed": run.seed, "chain": wildcards.chain, "checkpoint": wildcards.ckpt})
+    return stable_json(
+        {
+            "run": run.name,
+            "label": run.label,
+            "method": run.method,
+            "alpha": run.alpha,
+            "seed": run.seed,
+            "chain": wildcards.chain,
+            "checkpoint": wildcards.ckpt,
+        }
+    )
 
 
 def run_meta(wildcards):
     run = RUNS[wildcards.run]
-    return stable_json({"run": run.name, "label": run.label, "method": run.method, "alpha": run.alpha,
-                        "seed": run.seed})
+    return stable_json(
+        {"run": run.name, "label": run.label, "method": run.method, "alpha": run.alpha, "seed": run.seed}
+    )
 
 
 def run_eval_samples(wildcards):
@@ -130,7 +147,9 @@ def distance_datasets(wildcards):
 
 DRIFT_GRID = stable_json(
     {
-        "runs": {name: {"label": r.label, "method": r.method, "alpha": r.alpha, "seed": r.seed} for name, r in RUNS.items()},
+        "runs": {
+            name: {"label": r.label, "method": r.method, "alpha": r.alpha, "seed": r.seed} for name, r in RUNS.items()
+        },
         "domains": config["domains"],
         "steps": config["train"]["steps"],
         "save_every": config["train"]["save_every"],

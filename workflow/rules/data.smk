@@ -2,18 +2,18 @@
 
 
 rule prepare_data:
-    localrule: True  # seconds of work (or hub downloads): on the submit node under Slurm
     output:
         f"{RESULTS}/data/{{domain}}/{{split}}.jsonl",
+    log:
+        f"{RESULTS}/logs/prepare_data/{{domain}}_{{split}}.log",
+    localrule: True  # seconds of work (or hub downloads): on the submit node under Slurm
+    conda:
+        "../../envs/sdpocl.yaml"
     params:
         n=lambda wc: config["data"]["train_size" if wc.split == "train" else "test_size"],
         seed=config["data"]["seed"],
         preset=config["preset"],
         sources=DATA_SOURCES,
-    log:
-        f"{RESULTS}/logs/prepare_data/{{domain}}_{{split}}.log",
-    conda:
-        "../../envs/sdpocl.yaml"
     shell:
         "sdpocl prepare-data --preset {params.preset} --domain {wildcards.domain} --split {wildcards.split} "
         "--n {params.n} --seed {params.seed} {params.sources} --out {output} > {log} 2>&1"
@@ -23,15 +23,15 @@ rule build_base:
     output:
         model=directory(f"{RESULTS}/base/model"),
         report=f"{RESULTS}/base/report.json",
-    params:
-        settings=stable_json({"base": config["base"], "data": {"seed": config["data"]["seed"]}}),  # what build_base reads
-    threads: 2  # fixed, not `workflow.cores`: the same base on every machine, and --report needs no --cores
     log:
         f"{RESULTS}/logs/build_base.log",
     benchmark:
         f"{RESULTS}/benchmarks/build_base.tsv"
     conda:
         "../../envs/sdpocl.yaml"
+    threads: 2  # fixed, not `workflow.cores`: the same base on every machine, and --report needs no --cores
+    params:
+        settings=stable_json({"base": config["base"], "data": {"seed": config["data"]["seed"]}}),  # what build_base reads
     shell:
         "sdpocl build-base --settings {params.settings:q} "
         "--out {output.model} --report {output.report} --threads {threads} > {log} 2>&1"

@@ -9,18 +9,18 @@ rule compute_drift:
     output:
         summary=f"{RESULTS}/runs/{{run}}/{{chain}}/drift_params.csv",
         matrices=f"{RESULTS}/runs/{{run}}/{{chain}}/drift_params_matrices.csv",
-    params:
-        base=lambda wc: BASE_MODEL,
-        stage=lambda wc: stage_dir(RESULTS, wc.run, wc.chain),
-        top_k=config["drift"]["top_k"],
-        mask_frac=config["drift"]["mask_frac"],
-        tol=config["drift"]["tol"],
     log:
         f"{RESULTS}/logs/drift/{{run}}/{{chain}}.log",
     benchmark:
         f"{RESULTS}/benchmarks/drift/{{run}}/{{chain}}.tsv"
     conda:
         "../../envs/sdpocl.yaml"
+    params:
+        base=lambda wc: BASE_MODEL,
+        stage=lambda wc: stage_dir(RESULTS, wc.run, wc.chain),
+        top_k=config["drift"]["top_k"],
+        mask_frac=config["drift"]["mask_frac"],
+        tol=config["drift"]["tol"],
     shell:
         "sdpocl compute-drift --base {params.base} --stage {params.stage} --top-k {params.top_k} "
         "--mask-frac {params.mask_frac} --tol {params.tol} --out {output.summary} "
@@ -33,19 +33,19 @@ rule response_drift:
         stages=run_eval_samples,
     output:
         f"{RESULTS}/runs/{{run}}/response_drift.csv",
-    params:
-        chains=lambda wc: [chain_str(chain) for run, chain in all_stages() if run == wc.run],
-        meta=run_meta,
-        domains=config["domains"],
-        model=config["drift"]["embedding_model"],
-        n_samples=config["drift"]["response_samples"],
-    threads: THREADS
     log:
         f"{RESULTS}/logs/response_drift/{{run}}.log",
     benchmark:
         f"{RESULTS}/benchmarks/response_drift/{{run}}.tsv"
     conda:
         "../../envs/sdpocl.yaml"
+    threads: THREADS
+    params:
+        chains=lambda wc: [chain_str(chain) for run, chain in all_stages() if run == wc.run],
+        meta=run_meta,
+        domains=config["domains"],
+        model=config["drift"]["embedding_model"],
+        n_samples=config["drift"]["response_samples"],
     shell:
         "sdpocl response-drift --base {input.base} --chains {params.chains} --samples {input.stages} "
         "--meta {params.meta:q} --domains {params.domains} --embedding-model {params.model} "
@@ -58,24 +58,22 @@ rule domain_distance:
     output:
         mmd=f"{RESULTS}/tables/domain_mmd.csv",
         tsne=f"{RESULTS}/tables/tsne.csv",
-    params:
-        datasets=lambda wc, input: [f"{name}={DATASET_ROLES[name]}:{path}" for name, path in input.items()],
-        model=config["drift"]["embedding_model"],
-        n=config["drift"]["distance_prompts"],
-        seed=config["data"]["seed"],
-        bandwidth=(
-            ""
-            if config["drift"]["mmd_bandwidth"] is None
-            else f"--bandwidth {config['drift']['mmd_bandwidth']}"
-        ),
-        perplexity=config["drift"]["tsne_perplexity"],
-    threads: THREADS
     log:
         f"{RESULTS}/logs/domain_distance.log",
     benchmark:
         f"{RESULTS}/benchmarks/domain_distance.tsv"
     conda:
         "../../envs/sdpocl.yaml"
+    threads: THREADS
+    params:
+        datasets=lambda wc, input: [f"{name}={DATASET_ROLES[name]}:{path}" for name, path in input.items()],
+        model=config["drift"]["embedding_model"],
+        n=config["drift"]["distance_prompts"],
+        seed=config["data"]["seed"],
+        bandwidth=(
+            "" if config["drift"]["mmd_bandwidth"] is None else f"--bandwidth {config['drift']['mmd_bandwidth']}"
+        ),
+        perplexity=config["drift"]["tsne_perplexity"],
     shell:
         "sdpocl domain-distance --dataset {params.datasets} --embedding-model {params.model} --n-prompts {params.n} "
         "--seed {params.seed} {params.bandwidth} --perplexity {params.perplexity} --threads {threads} "
@@ -83,20 +81,20 @@ rule domain_distance:
 
 
 rule aggregate_drift:
-    localrule: True  # seconds of work (or hub downloads): on the submit node under Slurm
     input:
         params=all_drift_outputs(),
         responses=[f"{RESULTS}/runs/{run}/response_drift.csv" for run in RUNS],
     output:
         params=f"{RESULTS}/tables/drift_params.csv",
         responses=f"{RESULTS}/tables/drift_responses.csv",
+    log:
+        f"{RESULTS}/logs/aggregate_drift.log",
+    localrule: True  # seconds of work (or hub downloads): on the submit node under Slurm
+    conda:
+        "../../envs/sdpocl.yaml"
     params:
         grid=DRIFT_GRID,
         results=lambda wc: RESULTS,
-    log:
-        f"{RESULTS}/logs/aggregate_drift.log",
-    conda:
-        "../../envs/sdpocl.yaml"
     shell:
         "sdpocl aggregate-drift --params {input.params} --responses {input.responses} --results {params.results} "
         "--grid {params.grid:q} --out-params {output.params} --out-responses {output.responses} > {log} 2>&1"

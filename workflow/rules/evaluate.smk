@@ -2,35 +2,35 @@
 
 
 rule prepare_benchmark:
-    localrule: True  # seconds of work (or hub downloads): on the submit node under Slurm
     output:
         f"{RESULTS}/data/{{bench}}/test.jsonl",
+    log:
+        f"{RESULTS}/logs/prepare_benchmark/{{bench}}.log",
+    localrule: True  # seconds of work (or hub downloads): on the submit node under Slurm
+    conda:
+        "../../envs/sdpocl.yaml"
     params:
         n=config["evaluate"]["ood_size"],
         seed=config["data"]["seed"],
         preset=config["preset"],
         sources=DATA_SOURCES,
-    log:
-        f"{RESULTS}/logs/prepare_benchmark/{{bench}}.log",
-    conda:
-        "../../envs/sdpocl.yaml"
     shell:
         "sdpocl prepare-benchmark --preset {params.preset} --name {wildcards.bench} --n {params.n} --seed {params.seed} "
         "{params.sources} --out {output} > {log} 2>&1"
 
 
 rule write_eval_task:
-    localrule: True  # seconds of work (or hub downloads): on the submit node under Slurm
     input:
         data=f"{RESULTS}/data/{{benchmark}}/test.jsonl",
     output:
         f"{RESULTS}/eval_tasks/{{benchmark}}.yaml",
-    params:
-        settings=EVAL_SETTINGS,
     log:
         f"{RESULTS}/logs/write_eval_task/{{benchmark}}.log",
+    localrule: True  # seconds of work (or hub downloads): on the submit node under Slurm
     conda:
         "../../envs/sdpocl.yaml"
+    params:
+        settings=EVAL_SETTINGS,
     shell:
         "sdpocl write-eval-task --benchmark {wildcards.benchmark} --data {input.data} "
         "--settings {params.settings:q} --out {output} > {log} 2>&1"
@@ -43,6 +43,15 @@ rule evaluate_checkpoint:
     output:
         scores=f"{RESULTS}/runs/{{run}}/{{chain}}/eval/{{ckpt}}/scores.json",
         samples=directory(f"{RESULTS}/runs/{{run}}/{{chain}}/eval/{{ckpt}}/samples"),
+    log:
+        f"{RESULTS}/logs/evaluate/{{run}}/{{chain}}/{{ckpt}}.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/evaluate/{{run}}/{{chain}}/{{ckpt}}.tsv"
+    conda:
+        "../../envs/sdpocl.yaml"
+    threads: THREADS
+    resources:
+        mem_mb=3000,
     params:
         model=eval_model_path,
         meta=eval_meta,
@@ -50,15 +59,6 @@ rule evaluate_checkpoint:
         benchmarks=BENCHMARK_NAMES,
         out=lambda wc, output: os.path.dirname(output.scores),
         tasks=lambda wc, input: os.path.dirname(input.tasks[0]),
-    threads: THREADS
-    resources:
-        mem_mb=3000,
-    log:
-        f"{RESULTS}/logs/evaluate/{{run}}/{{chain}}/{{ckpt}}.log",
-    benchmark:
-        f"{RESULTS}/benchmarks/evaluate/{{run}}/{{chain}}/{{ckpt}}.tsv"
-    conda:
-        "../../envs/sdpocl.yaml"
     shell:
         "sdpocl evaluate --model {params.model} --tasks {params.tasks} --benchmarks {params.benchmarks} "
         "--settings {params.settings:q} --meta {params.meta:q} --out {params.out} --threads {threads} > {log} 2>&1"
@@ -71,6 +71,15 @@ rule evaluate_base:
     output:
         scores=f"{RESULTS}/base/eval/scores.json",
         samples=directory(f"{RESULTS}/base/eval/samples"),
+    log:
+        f"{RESULTS}/logs/evaluate/base.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/evaluate/base.tsv"
+    conda:
+        "../../envs/sdpocl.yaml"
+    threads: THREADS
+    resources:
+        mem_mb=3000,
     params:
         model=lambda wc: BASE_MODEL,
         out=lambda wc, output: os.path.dirname(output.scores),
@@ -79,15 +88,6 @@ rule evaluate_base:
         meta=stable_json(BASE_META),
         settings=EVAL_SETTINGS,
         benchmarks=BENCHMARK_NAMES,
-    threads: THREADS
-    resources:
-        mem_mb=3000,
-    log:
-        f"{RESULTS}/logs/evaluate/base.log",
-    benchmark:
-        f"{RESULTS}/benchmarks/evaluate/base.tsv"
-    conda:
-        "../../envs/sdpocl.yaml"
     shell:
         "sdpocl evaluate --model {params.model} {params.hub} --tasks {params.tasks} "
         "--benchmarks {params.benchmarks} --settings {params.settings:q} --meta {params.meta:q} "
@@ -95,20 +95,20 @@ rule evaluate_base:
 
 
 rule aggregate_eval:
-    localrule: True  # seconds of work (or hub downloads): on the submit node under Slurm
     input:
         base=f"{RESULTS}/base/eval/scores.json",
         scores=all_eval_outputs(),
     output:
         eval=f"{RESULTS}/tables/eval.csv",
         teacher=f"{RESULTS}/tables/teacher_stability.csv",
+    log:
+        f"{RESULTS}/logs/aggregate_eval.log",
+    localrule: True  # seconds of work (or hub downloads): on the submit node under Slurm
+    conda:
+        "../../envs/sdpocl.yaml"
     params:
         domains=config["domains"],
         variants=VARIANT_RUNS,
-    log:
-        f"{RESULTS}/logs/aggregate_eval.log",
-    conda:
-        "../../envs/sdpocl.yaml"
     shell:
         "sdpocl aggregate-eval --scores {input.base} {input.scores} --domains {params.domains} "
         "--variant-runs {params.variants} --out {output.eval} --out-teacher {output.teacher} > {log} 2>&1"

@@ -1,12 +1,10 @@
 """plot-figure: one job per paper figure, reading only the tidy tables (never checkpoints)."""
 
-
 for _figure, _tables in FIGURE_TABLES.items():
 
     rule:
         name:
             f"plot_{_figure}"
-        localrule: True
         input:
             [f"{RESULTS}/tables/{t}.csv" for t in _tables],
         output:
@@ -22,15 +20,16 @@ for _figure, _tables in FIGURE_TABLES.items():
                 )
                 for fmt in config["plots"]["formats"]
             ],
+        log:
+            f"{RESULTS}/logs/plot/{_figure}.log",
+        localrule: True
+        conda:
+            "../../envs/sdpocl.yaml"
         params:
             figure=_figure,
             style=stable_json(config["plots"]),
             tables=lambda wc, input: os.path.dirname(input[0]),
             out=lambda wc, output: os.path.dirname(output[0]),
-        log:
-            f"{RESULTS}/logs/plot/{_figure}.log",
-        conda:
-            "../../envs/sdpocl.yaml"
         shell:
             "sdpocl plot-figure --figure {params.figure} --tables {params.tables} --style {params.style:q} "
             "--out {params.out} > {log} 2>&1"

@@ -11,20 +11,20 @@ rule train_stage:
         log=f"{RESULTS}/runs/{{run}}/{{chain}}/train_log.jsonl",
         summary=f"{RESULTS}/runs/{{run}}/{{chain}}/summary.json",
         resolved=f"{RESULTS}/runs/{{run}}/{{chain}}/resolved_config.json",
-    params:
-        settings=train_settings,
-        parent=parent_path,
-        stage=lambda wc: stage_dir(RESULTS, wc.run, wc.chain),
-        state=lambda wc: state_dir(RESULTS, wc.run, wc.chain),
-    threads: THREADS
-    resources:
-        mem_mb=2000,
     log:
         f"{RESULTS}/logs/train/{{run}}/{{chain}}.log",
     benchmark:
         f"{RESULTS}/benchmarks/train/{{run}}/{{chain}}.tsv"
     conda:
         "../../envs/sdpocl.yaml"
+    threads: THREADS
+    resources:
+        mem_mb=2000,
+    params:
+        settings=train_settings,
+        parent=parent_path,
+        stage=lambda wc: stage_dir(RESULTS, wc.run, wc.chain),
+        state=lambda wc: state_dir(RESULTS, wc.run, wc.chain),
     shell:
         "sdpocl train-stage --settings {params.settings:q} --parent {params.parent} "
         "--data {input.data} --out {params.stage} --state {params.state} --threads {threads} > {log} 2>&1"

@@ -6,7 +6,7 @@
 
 from __future__ import annotations
 
-from .domains import DOMAINS
+from sdpocl.data.domains import DOMAINS
 
 #: Snakemake wildcard constraint for a chain: one or more domains separated by '/'.
 CHAIN_REGEX = "(?:{d})(?:/(?:{d}))*".format(d="|".join(DOMAINS))

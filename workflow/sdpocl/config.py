@@ -8,13 +8,15 @@ names the key, before any job is scheduled.
 from __future__ import annotations
 
 import copy
+import functools
 import json
+import re
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from .methods import METHODS, RunSpec, default_run_name, get_method, stable_sdpo_period
+from sdpocl.train.methods import METHODS, RunSpec, default_run_name, get_method, stable_sdpo_period
 
 SCHEMA_PATH = Path(__file__).resolve().parents[1] / "schemas" / "config.schema.yaml"
 
@@ -46,8 +48,14 @@ def _fill_defaults(validator_cls):
     return validators.extend(validator_cls, {"properties": set_defaults})
 
 
-def load_schema() -> dict:
+@functools.lru_cache(maxsize=1)
+def _schema() -> dict:
     return yaml.safe_load(SCHEMA_PATH.read_text())
+
+
+def load_schema() -> dict:
+    """The config schema (a fresh copy, read once per process)."""
+    return copy.deepcopy(_schema())
 
 
 def validate_config(config: dict) -> dict:
@@ -105,10 +113,74 @@ def _check_semantics(config: dict) -> None:
     names = [r.name for r in expand_runs(config)]
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
-        raise ConfigError(f"config error at 'runs': duplicate run name(s) {', '.join(dupes)}; set 'name' to tell them apart")
+        raise ConfigError(
+            f"config error at 'runs': duplicate run name(s) {', '.join(dupes)}; set 'name' to tell them apart"
+        )
     unknown = sorted(set(config.get("single_domain_runs", [])) - {_base_name(r) for r in config["runs"]})
     if unknown:
         raise ConfigError(f"config error at 'single_domain_runs': unknown run(s) {', '.join(unknown)}")
+
+
+def _schema_at(schema: dict, key) -> dict | None:
+    """The sub-schema of an object's property ``key`` or an array's item."""
+    if isinstance(key, int):
+        return schema.get("items")
+    if key in schema.get("properties", {}):
+        return schema["properties"][key]
+    for pattern, sub in schema.get("patternProperties", {}).items():
+        if re.search(pattern, key):
+            return sub
+    extra = schema.get("additionalProperties")
+    return extra if isinstance(extra, dict) else None
+
+
+_SCALARS = {"null": {"null": None, "~": None, "none": None}, "boolean": {"true": True, "false": False}}
+
+
+def _coerce(value: str, types: list[str]):
+    """``value`` (a string) as the first schema type it parses as; unchanged if none."""
+    for t in types:
+        low = value.strip().lower()
+        if t in _SCALARS and low in _SCALARS[t]:
+            return _SCALARS[t][low]
+        try:
+            if t == "integer":
+                return int(value)
+            if t == "number":
+                return float(value)
+        except ValueError:
+            continue
+    return value
+
+
+def coerce_overrides(config: dict, overrides: dict, schema: dict | None = None) -> None:
+    """Give the values that came from ``snakemake --config`` the types the schema asks for, in place.
+
+    Snakemake parses a ``--config`` value that is a list or mapping with YAML's base loader, so
+    every number inside it arrives as a string (``seeds=[0,1,2]`` gives ``["0", "1", "2"]``). Only
+    the keys present in ``overrides`` (Snakemake's ``workflow.config_settings.config``: the
+    ``--config`` values alone, not those of ``--configfile``) are touched, so a
+    YAML ``1e-5`` in a config *file* is still refused by :func:`validate_config`."""
+    schema = load_schema() if schema is None else schema
+
+    def walk(value, override, sub):
+        if sub is None:
+            return value
+        if isinstance(value, dict) and isinstance(override, dict):
+            for key in override:
+                if key in value:
+                    value[key] = walk(value[key], override[key], _schema_at(sub, key))
+            return value
+        if isinstance(value, list) and isinstance(override, list):
+            return [walk(v, o, _schema_at(sub, i)) for i, (v, o) in enumerate(zip(value, override))]
+        if isinstance(value, str):
+            types = sub.get("type", [])
+            types = [types] if isinstance(types, str) else list(types)
+            if "string" not in types:
+                return _coerce(value, types)
+        return value
+
+    walk(config, overrides, schema)
 
 
 def load_config(path: str | Path) -> dict:
@@ -143,9 +215,7 @@ def expand_runs(config: dict) -> list[RunSpec]:
         for seed in config.get("seeds", [0]):
             spec = _spec(entry, seed)
             label = entry.get("label") or get_method(spec.method).default_label(spec)
-            runs.append(
-                RunSpec(**{**spec.to_dict(), "name": f"{_base_name(entry)}_s{seed}", "label": label})
-            )
+            runs.append(RunSpec(**{**spec.to_dict(), "name": f"{_base_name(entry)}_s{seed}", "label": label}))
     return runs
 
 

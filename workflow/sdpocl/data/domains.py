@@ -35,8 +35,8 @@ the final answer.
 from __future__ import annotations
 
 import functools
-import itertools
 import hashlib
+import itertools
 import json
 import random
 import re
@@ -102,8 +102,7 @@ def _check_split(split: str) -> None:
         raise ValueError(f"unknown split {split!r}; valid splits: {', '.join(SPLITS)}")
 
 
-def _record(prompt: str, answer: str, domain: str, solution: str,
-            tests: Sequence[str] = ()) -> dict[str, Any]:
+def _record(prompt: str, answer: str, domain: str, solution: str, tests: Sequence[str] = ()) -> dict[str, Any]:
     return {
         "prompt": prompt,
         "answer": answer,
@@ -128,8 +127,7 @@ def _math_universe() -> list[tuple[Any, dict[str, Any]]]:
     for a in _MATH_RANGE:
         for b in _MATH_B_RANGE:
             s = a + b
-            prompt = (f"Compute {a}+{b}.\n\nPlease reason step by step, "
-                      f"and put your final answer within \\boxed{{}}.")
+            prompt = f"Compute {a}+{b}.\n\nPlease reason step by step, and put your final answer within \\boxed{{}}."
             # the reasoning adds the units first, then the tens: a short, learnable chain
             units = a % 10
             solution = f" <think>{units}+{b}={units + b}; {a - units}+{units + b}={s}</think> \\boxed{{{s}}}"
@@ -185,12 +183,14 @@ def _science_universe() -> list[tuple[Any, dict[str, Any]]]:
                         best = max(vals) if kind == "max" else min(vals)
                         idx = vals.index(best)
                         letter = _LETTERS[idx]
-                        prompt = (question + "\n\n"
-                                  + "\n".join(f"{L}: {o}" for L, o in zip(_LETTERS, opts))
-                                  + "\nPlease reason step by step.")
+                        prompt = (
+                            question
+                            + "\n\n"
+                            + "\n".join(f"{L}: {o}" for L, o in zip(_LETTERS, opts))
+                            + "\nPlease reason step by step."
+                        )
                         listing = ", ".join(f"{o} {v}" for o, v in zip(opts, vals))
-                        solution = (f" <think>{listing}; {kind} {opts[idx]}</think> "
-                                    f"<answer>{letter}</answer>")
+                        solution = f" <think>{listing}; {kind} {opts[idx]}</think> <answer>{letter}</answer>"
                         out.append((kind, _record(prompt, letter, "science", solution)))
     return out
 
@@ -202,19 +202,41 @@ def _science_universe() -> list[tuple[Any, dict[str, Any]]]:
 #: name -> (argument names, description)
 TOOLS: dict[str, tuple[tuple[str, ...], str]] = {
     "get_weather": (("city",), "Get the current weather in a city."),
-    "convert_currency": (("amount", "source", "target"),
-                         "Convert an amount of money from one currency to another."),
+    "convert_currency": (("amount", "source", "target"), "Convert an amount of money from one currency to another."),
     "search_web": (("query",), "Search the web for a query."),
     "set_alarm": (("hour",), "Set an alarm for an hour of the day."),
 }
 
-_CITIES = ("Paris", "London", "Tokyo", "Berlin", "Madrid", "Rome", "Cairo", "Lima",
-           "Oslo", "Delhi", "Sydney", "Toronto")
+_CITIES = (
+    "Paris",
+    "London",
+    "Tokyo",
+    "Berlin",
+    "Madrid",
+    "Rome",
+    "Cairo",
+    "Lima",
+    "Oslo",
+    "Delhi",
+    "Sydney",
+    "Toronto",
+)
 _CURRENCIES = ("USD", "EUR", "GBP", "JPY", "CNY", "INR", "CAD", "CHF")
 _AMOUNTS = (10, 20, 50, 100, 200, 500)
-_QUERIES = ("pasta recipes", "cheap flights", "chess openings", "solar panels",
-            "jazz history", "running shoes", "python lists", "moon phases",
-            "yoga poses", "bird songs", "train times", "tax rules")
+_QUERIES = (
+    "pasta recipes",
+    "cheap flights",
+    "chess openings",
+    "solar panels",
+    "jazz history",
+    "running shoes",
+    "python lists",
+    "moon phases",
+    "yoga poses",
+    "bird songs",
+    "train times",
+    "tax rules",
+)
 _HOURS = tuple(range(1, 13))
 
 _TOOL_TEMPLATES: dict[str, tuple[str, ...]] = {
@@ -276,8 +298,7 @@ def _tooluse_universe() -> list[tuple[Any, dict[str, Any]]]:
         for template in _TOOL_TEMPLATES[name]:
             for args in _tool_arg_sets(name):
                 prompt = _TOOLUSE_HEADER + template.format(**args)
-                solution = (f" <think>use {name}</think> Action: {name}\n"
-                            f"Action Input: {json.dumps(args)}")
+                solution = f" <think>use {name}</think> Action: {name}\nAction Input: {json.dumps(args)}"
                 answer = json.dumps({"actions": [name], "input": args})
                 out.append((name, _record(prompt, answer, "tooluse", solution)))
     return out
@@ -287,8 +308,7 @@ def _tooluse_universe() -> list[tuple[Any, dict[str, Any]]]:
 # code
 # ---------------------------------------------------------------------------------------
 
-_CODE_HEADER = ("You are a coding expert. Provide the complete code in a code block "
-                "enclosed with ``` ```.\n")
+_CODE_HEADER = "You are a coding expert. Provide the complete code in a code block enclosed with ``` ```.\n"
 _CODE_A = tuple(range(10, 30))
 _CODE_B = tuple(range(2, 10))
 #: op -> (description template, expression template); ``{x}`` is the argument name and the
@@ -320,8 +340,10 @@ def _code_universe() -> list[tuple[Any, dict[str, Any]]]:
                         desc = desc_t.format(x=x, a=a, b=b)
                         expr = expr_t.format(x=x, k=k)
                         prompt = _CODE_HEADER + template.format(f=f, x=x, desc=desc)
-                        solution = (f" <think>{a}+{b}={k}; return {expr}</think> ```python\n"
-                                    f"def {f}({x}):\n    return {expr}\n```")
+                        solution = (
+                            f" <think>{a}+{b}={k}; return {expr}</think> ```python\n"
+                            f"def {f}({x}):\n    return {expr}\n```"
+                        )
                         # Test inputs are seeded by the problem itself, so a problem's
                         # record is the same whichever seed selects it.
                         rng = random.Random(_stable_int("sdpocl-code-tests", prompt))
@@ -344,7 +366,7 @@ _BUILDERS = {
 }
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _universe(domain: str, split: str) -> tuple[tuple[Any, dict[str, Any]], ...]:
     """All (group, record) pairs of a domain's split, deduplicated by prompt, in a fixed order."""
     seen: set[str] = set()
@@ -389,9 +411,7 @@ def generate(domain: str, split: str, n: int, seed: int) -> list[dict[str, Any]]
         raise ValueError(f"n must be a non-negative integer, got {n!r}")
     universe = _universe(domain, split)
     if n > len(universe):
-        raise ValueError(
-            f"n={n} exceeds the {len(universe)} distinct {domain} problems available "
-            f"in the {split} split")
+        raise ValueError(f"n={n} exceeds the {len(universe)} distinct {domain} problems available in the {split} split")
     rng = random.Random(_stable_int("sdpocl-generate", domain, split, seed))
     groups: dict[Any, list[dict[str, Any]]] = {}
     for group, rec in universe:
@@ -471,13 +491,11 @@ def sft_mixture(n: int, seed: int, reprompt_frac: float = 0.25) -> list[dict[str
             # half with the reasoning kept, so the SDPO^CoT teacher is on-distribution too
             out.append(reprompt_example(rec, _demonstration(rec), keep_thinking=rng.random() < 0.5))
         else:
-            out.append({"prompt": rec["prompt"], "completion": rec["solution"],
-                        "domain": rec["domain"]})
+            out.append({"prompt": rec["prompt"], "completion": rec["solution"], "domain": rec["domain"]})
     return out
 
 
-def corpus(seed: int, max_per_domain: int | None = 2000,
-           reprompt_frac: float = 0.25) -> Iterator[str]:
+def corpus(seed: int, max_per_domain: int | None = 2000, reprompt_frac: float = 0.25) -> Iterator[str]:
     """Texts for training the BPE tokenizer.
 
     For each domain, the problems of both splits are shuffled (seeded) and truncated to

@@ -6,10 +6,10 @@ setting that PAPER.md fixes is set explicitly, because TRL's own defaults differ
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import Callable
 
-from .domains import REPROMPT_TEMPLATE, SOLUTION_TEMPLATE
+from sdpocl.data.domains import REPROMPT_TEMPLATE, SOLUTION_TEMPLATE
 
 #: SDPO settings of the official implementation (PAPER.md, "SDPO precisely").
 SDPO_COMMON = {

@@ -1,7 +1,7 @@
 """evaluate-checkpoint: Acc@k of one model on every benchmark through lm-eval-harness.
 
 lm-eval samples ``k`` responses per prompt and scores them with the tasks of
-:mod:`sdpocl.lm_eval_task` (training rewards); this module picks the backend, runs
+:mod:`sdpocl.evaluate.tasks` (training rewards); this module picks the backend, runs
 ``simple_evaluate`` once for all benchmarks, and writes
 
 * ``scores.json`` — per benchmark: Acc@k, its stderr over prompts, and the artifact metrics;
@@ -11,14 +11,14 @@ lm-eval samples ``k`` responses per prompt and scores them with the tasks of
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import time
 from pathlib import Path
 
-from .artifacts import artifact_metrics
-from .lm_eval_task import FILTER, score_samples, task_name
+from sdpocl.evaluate.artifacts import artifact_metrics
+from sdpocl.evaluate.tasks import FILTER, score_samples, task_name
+from sdpocl.io import write_json, write_jsonl
 
 
 def check_model_dir(path: str | Path) -> Path:
@@ -53,10 +53,13 @@ def make_lm(model: str, backend: str, *, batch_size: int, max_gen_toks: int, see
         try:
             from lm_eval.models.vllm_causallms import VLLM
         except ImportError as exc:  # pragma: no cover - GPU path
-            raise RuntimeError("evaluate.backend is 'vllm' but vLLM is not installed: "
-                               "pip install -e '.[gpu]' on a GPU machine, or set evaluate.backend: hf") from exc
-        return VLLM(pretrained=model, dtype="bfloat16", seed=seed, max_gen_toks=max_gen_toks,
-                    gpu_memory_utilization=0.85)  # pragma: no cover
+            raise RuntimeError(
+                "evaluate.backend is 'vllm' but vLLM is not installed: "
+                "pip install -e '.[gpu]' on a GPU machine, or set evaluate.backend: hf"
+            ) from exc
+        return VLLM(
+            pretrained=model, dtype="bfloat16", seed=seed, max_gen_toks=max_gen_toks, gpu_memory_utilization=0.85
+        )  # pragma: no cover
     import torch
     from lm_eval.models.huggingface import HFLM
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -65,8 +68,13 @@ def make_lm(model: str, backend: str, *, batch_size: int, max_gen_toks: int, see
     dtype = torch.bfloat16 if cuda else torch.float32
     hf_model = AutoModelForCausalLM.from_pretrained(model, dtype=dtype).to("cuda" if cuda else "cpu")
     tok = AutoTokenizer.from_pretrained(model)
-    return HFLM(pretrained=hf_model, tokenizer=tok, batch_size=batch_size, max_gen_toks=max_gen_toks,
-                device="cuda" if cuda else "cpu")
+    return HFLM(
+        pretrained=hf_model,
+        tokenizer=tok,
+        batch_size=batch_size,
+        max_gen_toks=max_gen_toks,
+        device="cuda" if cuda else "cpu",
+    )
 
 
 def _token_counter(model: str):
@@ -80,20 +88,25 @@ def sample_records(benchmark: str, samples: list[dict], count_tokens, max_gen_to
     """lm-eval's logged samples -> one sample-log record per prompt (tables.SAMPLE_KEYS)."""
     out = []
     for s in sorted(samples, key=lambda s: s["doc_id"]):
-        resps = s["filtered_resps"][0] if s["filtered_resps"] and isinstance(s["filtered_resps"][0], list) \
+        resps = (
+            s["filtered_resps"][0]
+            if s["filtered_resps"] and isinstance(s["filtered_resps"][0], list)
             else list(s["filtered_resps"])
+        )
         n_tok = [count_tokens(r) for r in resps]
-        out.append({
-            "benchmark": benchmark,
-            "doc_id": s["doc_id"],
-            "prompt": s["doc"]["prompt"],
-            "answer": s["doc"].get("answer", ""),
-            "responses": list(resps),
-            "scores": score_samples(s["doc"], list(resps)),  # memoised: lm-eval already scored them
-            "n_tokens": n_tok,
-            # re-tokenised length; a response that used the whole budget never reached EOS
-            "truncated": [n >= max_gen_toks for n in n_tok],
-        })
+        out.append(
+            {
+                "benchmark": benchmark,
+                "doc_id": s["doc_id"],
+                "prompt": s["doc"]["prompt"],
+                "answer": s["doc"].get("answer", ""),
+                "responses": list(resps),
+                "scores": score_samples(s["doc"], list(resps)),  # memoised: lm-eval already scored them
+                "n_tokens": n_tok,
+                # re-tokenised length; a response that used the whole budget never reached EOS
+                "truncated": [n >= max_gen_toks for n in n_tok],
+            }
+        )
     return out
 
 
@@ -105,20 +118,26 @@ def summarize(records: list[dict]) -> dict:
     var = sum((x - acc) ** 2 for x in per_prompt) / (n - 1) if n > 1 else float("nan")
     flat = [(resp, nt, tr) for r in records for resp, nt, tr in zip(r["responses"], r["n_tokens"], r["truncated"])]
     arts = artifact_metrics([f[0] for f in flat], [f[1] for f in flat], [f[2] for f in flat])
-    return {"acc": acc, "stderr": math.sqrt(var / n) if n > 1 else float("nan"), "n_prompts": n,
-            "n_samples": len(records[0]["responses"]) if records else 0, **arts}
+    return {
+        "acc": acc,
+        "stderr": math.sqrt(var / n) if n > 1 else float("nan"),
+        "n_prompts": n,
+        "n_samples": len(records[0]["responses"]) if records else 0,
+        **arts,
+    }
 
 
-def _write_jsonl(path: Path, records: list[dict]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text("".join(json.dumps(r) + "\n" for r in records))
-    tmp.replace(path)
-
-
-def evaluate_model(model: str | Path, task_dir: str | Path, benchmarks: list[str], out_dir: str | Path, *,
-                   settings: dict, meta: dict | None = None, threads: int | None = None,
-                   hub_model: bool = False) -> dict:
+def evaluate_model(
+    model: str | Path,
+    task_dir: str | Path,
+    benchmarks: list[str],
+    out_dir: str | Path,
+    *,
+    settings: dict,
+    meta: dict | None = None,
+    threads: int | None = None,
+    hub_model: bool = False,
+) -> dict:
     """Score ``model`` on ``benchmarks`` (task YAMLs in ``task_dir``); write scores + sample logs.
 
     ``model`` is a local checkpoint directory, or a hub id when ``hub_model`` (paper base model).
@@ -141,25 +160,42 @@ def evaluate_model(model: str | Path, task_dir: str | Path, benchmarks: list[str
     if missing:
         raise FileNotFoundError(f"no lm-eval task for benchmark(s) {', '.join(missing)} in {task_dir}")
     seed = settings["seed"]
-    print(f"[evaluate] {model} ({backend}): {len(benchmarks)} benchmarks x {settings['n_prompts'] or 'all'} "
-          f"prompts x {k} samples", flush=True)
-    res = simple_evaluate(model=lm, tasks=[task_name(b) for b in benchmarks], task_manager=tm,
-                          limit=settings["n_prompts"], log_samples=True, random_seed=seed,
-                          numpy_random_seed=seed, torch_random_seed=seed, fewshot_random_seed=seed,
-                          apply_chat_template=bool(settings.get("chat_template", False)))
+    print(
+        f"[evaluate] {model} ({backend}): {len(benchmarks)} benchmarks x {settings['n_prompts'] or 'all'} "
+        f"prompts x {k} samples",
+        flush=True,
+    )
+    res = simple_evaluate(
+        model=lm,
+        tasks=[task_name(b) for b in benchmarks],
+        task_manager=tm,
+        limit=settings["n_prompts"],
+        log_samples=True,
+        random_seed=seed,
+        numpy_random_seed=seed,
+        torch_random_seed=seed,
+        fewshot_random_seed=seed,
+        apply_chat_template=bool(settings.get("chat_template", False)),
+    )
     count_tokens = _token_counter(model)
     scores: dict = {}
     for b in benchmarks:
         records = sample_records(b, res["samples"][task_name(b)], count_tokens, max_gen)
-        _write_jsonl(out_dir / "samples" / f"{b}.jsonl", records)
+        write_jsonl(out_dir / "samples" / f"{b}.jsonl", records)
         scores[b] = summarize(records)
         lm_acc = res["results"][task_name(b)][f"acc,{FILTER}"]
         if not math.isclose(lm_acc, scores[b]["acc"], abs_tol=1e-9):
             raise RuntimeError(f"{b}: lm-eval Acc {lm_acc} differs from the sample log's {scores[b]['acc']}")
         print(f"[evaluate] {b}: Acc@{k} {scores[b]['acc']:.3f} ± {scores[b]['stderr']:.3f}", flush=True)
-    doc = {"meta": {**(meta or {}), "model": model, "backend": backend, "seconds": round(time.time() - t0, 2),
-                    "settings": settings}, "benchmarks": scores}
-    tmp = out_dir / "scores.json.tmp"
-    tmp.write_text(json.dumps(doc, indent=1))
-    tmp.replace(out_dir / "scores.json")
+    doc = {
+        "meta": {
+            **(meta or {}),
+            "model": model,
+            "backend": backend,
+            "seconds": round(time.time() - t0, 2),
+            "settings": settings,
+        },
+        "benchmarks": scores,
+    }
+    write_json(out_dir / "scores.json", doc, indent=1)
     return doc

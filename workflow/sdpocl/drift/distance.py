@@ -5,8 +5,8 @@
 - domain distance: squared MMD with an RBF kernel between the prompt-embedding sets of two
   datasets, plus a t-SNE map of all of them.
 
-Embeddings come from :mod:`sdpocl.embeddings` (any ``embed(texts) -> array`` works); tables
-follow :data:`sdpocl.tables.DOMAIN_MMD_COLUMNS` and :data:`sdpocl.tables.TSNE_COLUMNS`.
+Embeddings come from :mod:`sdpocl.drift.embeddings` (any ``embed(texts) -> array`` works); tables
+follow :data:`sdpocl.plot.tables.DOMAIN_MMD_COLUMNS` and :data:`sdpocl.plot.tables.TSNE_COLUMNS`.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 from scipy.spatial.distance import cdist, pdist
 
-from sdpocl.tables import DOMAIN_MMD_COLUMNS, ROLES, SAMPLE_KEYS, TSNE_COLUMNS
+from sdpocl.plot.tables import DOMAIN_MMD_COLUMNS, ROLES, SAMPLE_KEYS, TSNE_COLUMNS
 
 SIMILARITY_COLUMNS = ["benchmark", "doc_id", "similarity"]
 
@@ -35,6 +35,7 @@ def _matrix(x, what: str = "embeddings") -> np.ndarray:
 # ------------------------------------------------------------------------------------------
 # MMD
 # ------------------------------------------------------------------------------------------
+
 
 def median_bandwidth(Z) -> float:
     """Median heuristic: the median pairwise Euclidean distance of the rows of ``Z`` (diagonal
@@ -53,7 +54,7 @@ def median_bandwidth(Z) -> float:
 
 def _kernel_mean(x: np.ndarray, y: np.ndarray, bandwidth: float) -> float:
     """Mean of the RBF kernel exp(-||a-b||^2 / (2 sigma^2)) over all pairs (a in x, b in y)."""
-    return float(np.exp(-cdist(x, y, "sqeuclidean") / (2.0 * bandwidth ** 2)).mean())
+    return float(np.exp(-cdist(x, y, "sqeuclidean") / (2.0 * bandwidth**2)).mean())
 
 
 def _check_bandwidth(bandwidth: float) -> float:
@@ -93,8 +94,7 @@ def _check_sets(embeddings: dict[str, tuple[str, np.ndarray]]) -> dict[str, tupl
     return out
 
 
-def domain_distances(embeddings: dict[str, tuple[str, np.ndarray]],
-                     bandwidth: float | None = None) -> pd.DataFrame:
+def domain_distances(embeddings: dict[str, tuple[str, np.ndarray]], bandwidth: float | None = None) -> pd.DataFrame:
     """MMD^2 (see :func:`mmd_rbf`) of every ordered pair of datasets, diagonal included.
 
     ``embeddings`` maps dataset name -> (role, embedding matrix). With ``bandwidth`` None ONE
@@ -103,8 +103,9 @@ def domain_distances(embeddings: dict[str, tuple[str, np.ndarray]],
     each pair differently). The table is exactly symmetric with a zero diagonal."""
     sets = _check_sets(embeddings)
     names = list(sets)
-    bw = (median_bandwidth(np.vstack([e for _, e in sets.values()])) if bandwidth is None
-          else _check_bandwidth(bandwidth))
+    bw = (
+        median_bandwidth(np.vstack([e for _, e in sets.values()])) if bandwidth is None else _check_bandwidth(bandwidth)
+    )
     k = np.zeros((len(names), len(names)))
     for i, a in enumerate(names):
         for j in range(i, len(names)):
@@ -121,8 +122,8 @@ def domain_distances(embeddings: dict[str, tuple[str, np.ndarray]],
 # t-SNE
 # ------------------------------------------------------------------------------------------
 
-def tsne_map(embeddings: dict[str, tuple[str, np.ndarray]], *, perplexity: float = 30,
-             seed: int = 0) -> pd.DataFrame:
+
+def tsne_map(embeddings: dict[str, tuple[str, np.ndarray]], *, perplexity: float = 30, seed: int = 0) -> pd.DataFrame:
     """2-D t-SNE (scikit-learn, PCA init, ``random_state=seed``: deterministic) of all datasets'
     embeddings pooled, one row per point. ``perplexity`` is capped at (n - 1) / 3 so that the
     3 x perplexity neighbours t-SNE uses exist for small n (it must stay below n anyway)."""
@@ -139,8 +140,17 @@ def tsne_map(embeddings: dict[str, tuple[str, np.ndarray]], *, perplexity: float
     frames, start = [], 0
     for name, (role, emb) in sets.items():
         n = len(emb)
-        frames.append(pd.DataFrame({"dataset": name, "role": role, "index": np.arange(n),
-                                    "x": xy[start:start + n, 0], "y": xy[start:start + n, 1]}))
+        frames.append(
+            pd.DataFrame(
+                {
+                    "dataset": name,
+                    "role": role,
+                    "index": np.arange(n),
+                    "x": xy[start : start + n, 0],
+                    "y": xy[start : start + n, 1],
+                }
+            )
+        )
         start += n
     return pd.concat(frames, ignore_index=True)[TSNE_COLUMNS]
 
@@ -148,6 +158,7 @@ def tsne_map(embeddings: dict[str, tuple[str, np.ndarray]], *, perplexity: float
 # ------------------------------------------------------------------------------------------
 # inputs
 # ------------------------------------------------------------------------------------------
+
 
 def _read_jsonl(path) -> list[tuple[int, dict]]:
     path = Path(path)
@@ -169,7 +180,7 @@ def _read_jsonl(path) -> list[tuple[int, dict]]:
 
 
 def read_samples(path) -> list[dict]:
-    """Records of a sample log (JSONL with the keys of :data:`sdpocl.tables.SAMPLE_KEYS`)."""
+    """Records of a sample log (JSONL with the keys of :data:`sdpocl.plot.tables.SAMPLE_KEYS`)."""
     records = []
     for lineno, rec in _read_jsonl(path):
         missing = [k for k in SAMPLE_KEYS if k not in rec]
@@ -201,6 +212,7 @@ def load_prompts(path, n: int, seed: int) -> list[str]:
 # response drift
 # ------------------------------------------------------------------------------------------
 
+
 def _by_doc(records: Sequence[dict], side: str) -> dict:
     out = {}
     for rec in records:
@@ -217,12 +229,19 @@ def _check_match(base: dict, ckpt: dict) -> None:
     benches = sorted({str(b) for b, _ in base.keys() ^ ckpt.keys()})
     only_base = sorted(str(d) for d in {k[1] for k in base.keys() - ckpt.keys()})
     only_ckpt = sorted(str(d) for d in {k[1] for k in ckpt.keys() - base.keys()})
-    raise ValueError(f"benchmark {', '.join(benches)}: doc ids of base and checkpoint differ "
-                     f"(only in base: {only_base[:5]}, only in checkpoint: {only_ckpt[:5]})")
+    raise ValueError(
+        f"benchmark {', '.join(benches)}: doc ids of base and checkpoint differ "
+        f"(only in base: {only_base[:5]}, only in checkpoint: {only_ckpt[:5]})"
+    )
 
 
-def response_similarity(base_records: Sequence[dict], ckpt_records: Sequence[dict],
-                        embed: Callable[[list[str]], np.ndarray], *, n_samples: int = 4) -> pd.DataFrame:
+def response_similarity(
+    base_records: Sequence[dict],
+    ckpt_records: Sequence[dict],
+    embed: Callable[[list[str]], np.ndarray],
+    *,
+    n_samples: int = 4,
+) -> pd.DataFrame:
     """Response drift per prompt: 100 x the mean over i < n_samples of cosine(embed(base
     response i), embed(checkpoint response i)), records matched by (benchmark, doc_id).
 
@@ -262,5 +281,6 @@ def response_similarity(base_records: Sequence[dict], ckpt_records: Sequence[dic
     cos = np.clip(np.divide(dots, denom, out=np.zeros_like(dots), where=denom > 0), -1.0, 1.0)
     cos[ia == ib] = 1.0  # identical texts: exactly 100, not 100 - round-off
     sims = np.bincount(owner, weights=100.0 * cos) / np.bincount(owner)
-    return pd.DataFrame({"benchmark": [k[0] for k in keys], "doc_id": [k[1] for k in keys],
-                         "similarity": sims})[SIMILARITY_COLUMNS]
+    return pd.DataFrame({"benchmark": [k[0] for k in keys], "doc_id": [k[1] for k in keys], "similarity": sims})[
+        SIMILARITY_COLUMNS
+    ]

@@ -127,8 +127,9 @@ import sys
 import tempfile
 import time
 import types
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence, Union
+from typing import Union
 
 __all__ = [
     "SandboxResult",
@@ -294,10 +295,7 @@ def run_batch(
             if not isinstance(rows, list) or len(rows) != n:
                 raise ValueError(f"expected {n} results")
             return [
-                SandboxResult(
-                    bool(r["ok"]), str(r["reason"]), float(r["wall_s"]), tuple(r["layers"])
-                )
-                for r in rows
+                SandboxResult(bool(r["ok"]), str(r["reason"]), float(r["wall_s"]), tuple(r["layers"])) for r in rows
             ]
         except (ValueError, KeyError, TypeError) as exc:
             log.warning("sandbox: malformed runner output (%s)", exc)
@@ -432,13 +430,56 @@ _PROGRAM_MODULE = "solution"  # __name__ of the namespace programs run in
 # per-program import cost -- and available even when the interpreter's stdlib is
 # not readable by the unprivileged user the children run as, e.g. under /root).
 _PRELOAD_MODULES = (
-    "abc", "array", "base64", "binascii", "bisect", "calendar", "cmath", "codecs",
-    "collections", "collections.abc", "contextlib", "copy", "csv", "dataclasses",
-    "datetime", "decimal", "difflib", "enum", "fractions", "functools", "hashlib",
-    "heapq", "inspect", "io", "itertools", "json", "keyword", "locale", "math",
-    "numbers", "operator", "pprint", "queue", "random", "re", "reprlib", "socket",
-    "statistics", "string", "struct", "textwrap", "time", "typing", "unicodedata",
-    "uuid", "zlib", "_strptime", "encodings.idna", "pathlib", "pickle",
+    "abc",
+    "array",
+    "base64",
+    "binascii",
+    "bisect",
+    "calendar",
+    "cmath",
+    "codecs",
+    "collections",
+    "collections.abc",
+    "contextlib",
+    "copy",
+    "csv",
+    "dataclasses",
+    "datetime",
+    "decimal",
+    "difflib",
+    "enum",
+    "fractions",
+    "functools",
+    "hashlib",
+    "heapq",
+    "inspect",
+    "io",
+    "itertools",
+    "json",
+    "keyword",
+    "locale",
+    "math",
+    "numbers",
+    "operator",
+    "pprint",
+    "queue",
+    "random",
+    "re",
+    "reprlib",
+    "socket",
+    "statistics",
+    "string",
+    "struct",
+    "textwrap",
+    "time",
+    "typing",
+    "unicodedata",
+    "uuid",
+    "zlib",
+    "_strptime",
+    "encodings.idna",
+    "pathlib",
+    "pickle",
 )
 
 
@@ -622,7 +663,7 @@ def _modules_to_purge() -> list[str]:
     holding a reference to one of them or to an object defined in one of them."""
     mods = {name: m for name, m in list(sys.modules.items()) if isinstance(m, types.ModuleType)}
     purged = {name for name in mods if name.split(".")[0] in _BLOCKED_IMPORTS or name == "__main__"}
-    purged |= {"subprocess", "sdpocl", "sdpocl.sandbox"} & set(mods)
+    purged |= {"subprocess", "sdpocl", "sdpocl.rewards.sandbox"} & set(mods)
     changed = True
     while changed:
         changed = False
@@ -698,9 +739,7 @@ def _child(segments, tmpdir, wfd, token, cfg, runner_pid, libc, purge):  # pragm
         if os.getppid() != runner_pid:
             _exit(3)
         os.environ.clear()
-        os.environ.update(
-            {"PATH": "/usr/bin:/bin", "HOME": tmpdir, "TMPDIR": tmpdir, "LANG": "C.UTF-8"}
-        )
+        os.environ.update({"PATH": "/usr/bin:/bin", "HOME": tmpdir, "TMPDIR": tmpdir, "LANG": "C.UTF-8"})
         tempfile.tempdir = None
         sys.argv = [""]
         if "audit" not in disable:
@@ -708,8 +747,7 @@ def _child(segments, tmpdir, wfd, token, cfg, runner_pid, libc, purge):  # pragm
         _write(fd, ("L:" + ",".join(layers) + "\n").encode())
         try:
             codes = [
-                _compile(src, f"<segment {i}>", "exec", dont_inherit=True, optimize=0)
-                for i, src in enumerate(segments)
+                _compile(src, f"<segment {i}>", "exec", dont_inherit=True, optimize=0) for i, src in enumerate(segments)
             ]
         except BaseException as exc:  # noqa: BLE001
             _write(fd, f"E:{type(exc).__name__}: {exc}"[:400].encode("utf-8", "replace"))

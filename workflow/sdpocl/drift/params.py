@@ -52,8 +52,10 @@ def decompose(ws: torch.Tensor, top_k: int, mask_frac: float) -> list[dict]:
     ws = ws.detach().float()
     k = max(1, min(top_k, min(ws.shape[-2:])))
     u, s, vh = torch.linalg.svd(ws, full_matrices=False)
-    return [{"s": s[i], "u_k": u[i, :, :k], "mask": principal_mask(u[i, :, :k], s[i, :k], vh[i, :k, :], mask_frac),
-             "k": k} for i in range(ws.shape[0])]
+    return [
+        {"s": s[i], "u_k": u[i, :, :k], "mask": principal_mask(u[i, :, :k], s[i, :k], vh[i, :k, :], mask_frac), "k": k}
+        for i in range(ws.shape[0])
+    ]
 
 
 def drift_metrics(w0: torch.Tensor, wt: torch.Tensor, d0: dict, dt: dict, tol: float) -> dict:
@@ -71,8 +73,9 @@ def drift_metrics(w0: torch.Tensor, wt: torch.Tensor, d0: dict, dt: dict, tol: f
     }
 
 
-def param_drift(w0: torch.Tensor, wt: torch.Tensor, *, top_k: int = 32, mask_frac: float = 0.05,
-                tol: float = 1e-6) -> dict:
+def param_drift(
+    w0: torch.Tensor, wt: torch.Tensor, *, top_k: int = 32, mask_frac: float = 0.05, tol: float = 1e-6
+) -> dict:
     """Drift metrics of ``wt`` against ``w0`` (2-D tensors of one shape); see the module docstring."""
     _check(w0, wt, mask_frac)
     d0, dt = decompose(torch.stack([w0.detach(), wt.detach()]), top_k, mask_frac)
@@ -140,8 +143,9 @@ def stage_param_drift(base_weights, stage_dir, *, top_k: int, mask_frac: float, 
     parts = []
     for matrix_type, grouped in [("all", frame), *frame.groupby("matrix_type")]:
         g = grouped.groupby("checkpoint", sort=False)[metrics]
-        agg = pd.concat({"mean": g.mean(), "median": g.median(), "p10": g.quantile(0.1), "p90": g.quantile(0.9)},
-                        axis=1)
+        agg = pd.concat(
+            {"mean": g.mean(), "median": g.median(), "p10": g.quantile(0.1), "p90": g.quantile(0.9)}, axis=1
+        )
         agg.columns = [f"{metric}_{stat}" for stat, metric in agg.columns]
         parts.append(agg.reset_index().assign(matrix_type=matrix_type))
     return frame, pd.concat(parts, ignore_index=True)

@@ -16,18 +16,18 @@ knowledge_mc      capital-city MC (never trained)       science  far            
 ================  ====================================  =======  ====================  =================
 
 Generators are seeded and deterministic in ``(name, n, seed)``; records follow the common
-schema of :mod:`sdpocl.domains` (``dataset`` = the benchmark name).
+schema of :mod:`sdpocl.data.domains` (``dataset`` = the benchmark name).
 """
 
 from __future__ import annotations
 
-import itertools
 import json
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
-from .domains import _CITIES, _QUERIES, COMPOUNDS, DOMAINS, _stable_int
+from sdpocl.data.domains import _CITIES, _QUERIES, COMPOUNDS, DOMAINS, _stable_int
 
 __all__ = ["Benchmark", "BENCHMARKS", "OOD_GENERATORS", "benchmark", "generate_ood", "benchmarks_for"]
 
@@ -35,22 +35,27 @@ __all__ = ["Benchmark", "BENCHMARKS", "OOD_GENERATORS", "benchmark", "generate_o
 @dataclass(frozen=True)
 class Benchmark:
     name: str
-    kind: str           # "in-domain" | "ood"
-    bench_domain: str   # the training domain it belongs to (OOD: the nearest one)
-    reward: str         # reward family scoring it (a key of sdpocl.rewards.REWARD_FUNCS)
-    distance: str       # "in-domain" | "near" | "intermediate" | "far"
-    analogue: str       # the paper's benchmark it stands in for
+    kind: str  # "in-domain" | "ood"
+    bench_domain: str  # the training domain it belongs to (OOD: the nearest one)
+    reward: str  # reward family scoring it (a key of sdpocl.rewards.REWARD_FUNCS)
+    distance: str  # "in-domain" | "near" | "intermediate" | "far"
+    analogue: str  # the paper's benchmark it stands in for
 
 
 def _record(name: str, reward: str, prompt: str, answer: str, tests: list[str] | None = None) -> dict[str, Any]:
-    return {"prompt": prompt, "answer": answer, "tests": list(tests or []), "domain": reward,
-            "dataset": name, "solution": ""}
+    return {
+        "prompt": prompt,
+        "answer": answer,
+        "tests": list(tests or []),
+        "domain": reward,
+        "dataset": name,
+        "solution": "",
+    }
 
 
 def _arith_words(rng: random.Random) -> dict[str, Any]:
     a, b = rng.randrange(10, 100), rng.randrange(2, 10)
-    prompt = (f"What is {a} plus {b}?\n\nPlease reason step by step, "
-              f"and put your final answer within \\boxed{{}}.")
+    prompt = f"What is {a} plus {b}?\n\nPlease reason step by step, and put your final answer within \\boxed{{}}."
     return _record("arith_words", "math", prompt, str(a + b))
 
 
@@ -62,10 +67,14 @@ def _science_reworded(rng: random.Random) -> dict[str, Any]:
     hot = rng.random() < 0.5
     vals = [COMPOUNDS[o] for o in opts]
     idx = vals.index(max(vals) if hot else min(vals))
-    question = ("Which of these compounds boils at the highest temperature?" if hot
-                else "Which of these compounds boils at the lowest temperature?")
-    prompt = (question + "\n\n" + "\n".join(f"({L}) {o}" for L, o in zip(_LETTERS, opts))
-              + "\nPlease reason step by step.")
+    question = (
+        "Which of these compounds boils at the highest temperature?"
+        if hot
+        else "Which of these compounds boils at the lowest temperature?"
+    )
+    prompt = (
+        question + "\n\n" + "\n".join(f"({L}) {o}" for L, o in zip(_LETTERS, opts)) + "\nPlease reason step by step."
+    )
     return _record("science_reworded", "science", prompt, _LETTERS[idx])
 
 
@@ -76,13 +85,15 @@ _TOOLS2 = {
     "get_time": (("city",), _CITIES),
 }
 _TOOL2_TEMPLATES = {
-    "search_web": ("Please search the web for {query}.", "I need information about {query}.",
-                   "Browse for {query}."),
+    "search_web": ("Please search the web for {query}.", "I need information about {query}.", "Browse for {query}."),
     "get_weather": ("Weather report for {city}.", "Will it be sunny in {city}?", "Forecast for {city}, please."),
     "get_time": ("What time is it in {city}?", "Tell me the local time in {city}.", "Current time in {city}."),
 }
-_TOOL2_HEADER = ("Tools: " + ", ".join(f"{n}({', '.join(a)})" for n, (a, _) in _TOOLS2.items())
-                 + ".\nAnswer with Thought, Action and Action Input.\nRequest: ")
+_TOOL2_HEADER = (
+    "Tools: "
+    + ", ".join(f"{n}({', '.join(a)})" for n, (a, _) in _TOOLS2.items())
+    + ".\nAnswer with Thought, Action and Action Input.\nRequest: "
+)
 
 
 def _tool_schema2(rng: random.Random) -> dict[str, Any]:
@@ -117,15 +128,29 @@ def _logic_grid(rng: random.Random) -> dict[str, Any]:
     rng.shuffle(clues)
     opts = list(colours) + [rng.choice([c for c in _COLOURS if c not in colours])]
     rng.shuffle(opts)
-    prompt = (f"Three houses are {', '.join(sorted(colours))}; {' and '.join(clues)}. "
-              f"Which house is {_ORDINALS[ask]}?\n\n"
-              + "\n".join(f"{L}: {o}" for L, o in zip(_LETTERS, opts)) + "\nPlease reason step by step.")
+    prompt = (
+        f"Three houses are {', '.join(sorted(colours))}; {' and '.join(clues)}. "
+        f"Which house is {_ORDINALS[ask]}?\n\n"
+        + "\n".join(f"{L}: {o}" for L, o in zip(_LETTERS, opts))
+        + "\nPlease reason step by step."
+    )
     return _record("logic_grid", "science", prompt, _LETTERS[opts.index(colours[ask])])
 
 
-_CAPITALS = {"France": "Paris", "Japan": "Tokyo", "Egypt": "Cairo", "Peru": "Lima", "Norway": "Oslo",
-             "Italy": "Rome", "Spain": "Madrid", "Germany": "Berlin", "Canada": "Ottawa", "Kenya": "Nairobi",
-             "Chile": "Santiago", "Greece": "Athens"}
+_CAPITALS = {
+    "France": "Paris",
+    "Japan": "Tokyo",
+    "Egypt": "Cairo",
+    "Peru": "Lima",
+    "Norway": "Oslo",
+    "Italy": "Rome",
+    "Spain": "Madrid",
+    "Germany": "Berlin",
+    "Canada": "Ottawa",
+    "Kenya": "Nairobi",
+    "Chile": "Santiago",
+    "Greece": "Athens",
+}
 
 
 def _knowledge_mc(rng: random.Random) -> dict[str, Any]:
@@ -133,23 +158,32 @@ def _knowledge_mc(rng: random.Random) -> dict[str, Any]:
     wrong = rng.sample(sorted(c for k, c in _CAPITALS.items() if k != country), 3)
     opts = wrong + [_CAPITALS[country]]
     rng.shuffle(opts)
-    prompt = (f"What is the capital of {country}?\n\n" + "\n".join(f"{L}: {o}" for L, o in zip(_LETTERS, opts))
-              + "\nPlease reason step by step.")
+    prompt = (
+        f"What is the capital of {country}?\n\n"
+        + "\n".join(f"{L}: {o}" for L, o in zip(_LETTERS, opts))
+        + "\nPlease reason step by step."
+    )
     return _record("knowledge_mc", "science", prompt, _LETTERS[opts.index(_CAPITALS[country])])
 
 
 OOD_GENERATORS: dict[str, tuple[Callable[[random.Random], dict], Benchmark]] = {
     "arith_words": (_arith_words, Benchmark("arith_words", "ood", "math", "math", "near", "MATH-500")),
     "code_reworded": (_code_reworded, Benchmark("code_reworded", "ood", "code", "code", "near", "LiveCodeBench v6")),
-    "science_reworded": (_science_reworded, Benchmark("science_reworded", "ood", "science", "science",
-                                                      "intermediate", "GPQA-diamond")),
+    "science_reworded": (
+        _science_reworded,
+        Benchmark("science_reworded", "ood", "science", "science", "intermediate", "GPQA-diamond"),
+    ),
     "tool_schema2": (_tool_schema2, Benchmark("tool_schema2", "ood", "tooluse", "tooluse", "intermediate", "BFCLv4")),
     "logic_grid": (_logic_grid, Benchmark("logic_grid", "ood", "science", "science", "far", "ZebraLogic")),
     "knowledge_mc": (_knowledge_mc, Benchmark("knowledge_mc", "ood", "science", "science", "far", "MMLU-Redux")),
 }
 
-_ANALOGUES = {"math": "AIME 24/25", "science": "SciKnowEval test", "tooluse": "ToolAlpaca test",
-              "code": "coding held-out"}
+_ANALOGUES = {
+    "math": "AIME 24/25",
+    "science": "SciKnowEval test",
+    "tooluse": "ToolAlpaca test",
+    "code": "coding held-out",
+}
 BENCHMARKS: dict[str, Benchmark] = {
     **{d: Benchmark(d, "in-domain", d, d, "in-domain", _ANALOGUES[d]) for d in DOMAINS},
     **{name: meta for name, (_, meta) in OOD_GENERATORS.items()},

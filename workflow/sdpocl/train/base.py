@@ -11,7 +11,7 @@ import json
 import time
 from pathlib import Path
 
-from . import domains
+from sdpocl.data import domains
 
 EOS = "<|endoftext|>"
 

@@ -14,8 +14,7 @@ per sample (8 by default).
 
 from __future__ import annotations
 
-RUN_COLUMNS = ["run", "label", "method", "alpha", "seed", "chain", "stage", "domain", "continual",
-               "single_domain"]
+RUN_COLUMNS = ["run", "label", "method", "alpha", "seed", "chain", "stage", "domain", "continual", "single_domain"]
 
 #: identity of the base model's evaluation
 BASE_META = {"run": "base", "label": "Base", "method": "base", "alpha": None, "seed": None, "chain": ""}
@@ -26,21 +25,30 @@ ARTIFACT_COLUMNS = ["boxed_per_response", "multi_boxed_share", "ngram_repeat", "
 
 #: results/tables/eval.csv — one row per (checkpoint, benchmark)
 EVAL_COLUMNS = RUN_COLUMNS + [
-    "checkpoint",        # "final" (or "step-N" when intermediate checkpoints are evaluated)
-    "benchmark", "kind",  # kind: "in-domain" | "ood"
-    "bench_domain",      # the training domain a benchmark belongs to (OOD: the nearest one)
-    "acc", "stderr", "n_prompts", "n_samples",
+    "checkpoint",  # "final" (or "step-N" when intermediate checkpoints are evaluated)
+    "benchmark",
+    "kind",  # kind: "in-domain" | "ood"
+    "bench_domain",  # the training domain a benchmark belongs to (OOD: the nearest one)
+    "acc",
+    "stderr",
+    "n_prompts",
+    "n_samples",
     *ARTIFACT_COLUMNS,
-    "base_acc", "relperf", "gain", "forgetting",
+    "base_acc",
+    "relperf",
+    "gain",
+    "forgetting",
 ]
 
 #: results/tables/teacher_stability.csv — paper Table 1
 TEACHER_STABILITY_COLUMNS = ["teacher", "run", "method", "alpha", "seed", "benchmark", "acc", "stderr"]
 
 #: results/tables/drift_params.csv — per-stage drift_params.csv rows plus identity and position
-DRIFT_PARAM_COLUMNS = RUN_COLUMNS + ["checkpoint", "point", "point_index", "matrix_type"] + [
-    f"{m}_{s}" for s in ("mean", "median", "p10", "p90") for m in ("nss", "max_pa_deg", "pm_overlap", "pm_update")
-]
+DRIFT_PARAM_COLUMNS = (
+    RUN_COLUMNS
+    + ["checkpoint", "point", "point_index", "matrix_type"]
+    + [f"{m}_{s}" for s in ("mean", "median", "p10", "p90") for m in ("nss", "max_pa_deg", "pm_overlap", "pm_update")]
+)
 
 #: results/tables/drift_responses.csv — one row per (checkpoint, benchmark, prompt)
 DRIFT_RESPONSE_COLUMNS = RUN_COLUMNS + ["benchmark", "kind", "doc_id", "similarity"]
@@ -54,7 +62,7 @@ TSNE_COLUMNS = ["dataset", "role", "index", "x", "y"]
 #: dataset roles in domain_mmd / tsne
 ROLES = ("train", "in-domain", "ood")
 
-#: figure -> tables it reads (sdpocl.plots.FIGURES draws them; kept here so the workflow can be
+#: figure -> tables it reads (sdpocl.plot.figures.FIGURES draws them; kept here so the workflow can be
 #: parsed without importing matplotlib)
 FIGURE_TABLES = {
     "cl_performance": ["eval"],
@@ -70,8 +78,13 @@ FIGURE_TABLES = {
 
 #: report category of each figure
 FIGURE_CATEGORIES = {
-    "cl_performance": "Continual learning", "ood_bars": "Continual learning",
-    "teacher_stability": "Continual learning", "model_drift": "Drift", "response_drift": "Drift",
-    "gain_forgetting_distance": "Domain distance", "mmd_heatmap": "Domain distance", "tsne": "Domain distance",
+    "cl_performance": "Continual learning",
+    "ood_bars": "Continual learning",
+    "teacher_stability": "Continual learning",
+    "model_drift": "Drift",
+    "response_drift": "Drift",
+    "gain_forgetting_distance": "Domain distance",
+    "mmd_heatmap": "Domain distance",
+    "tsne": "Domain distance",
     "artifacts": "Collapse",
 }

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from .rewards import boxed_count
+from sdpocl.rewards import boxed_count
 
 NGRAM = 4
 _WORD = re.compile(r"\w+|[^\w\s]")
@@ -29,8 +29,13 @@ def artifact_metrics(responses: Sequence[str], n_tokens: Sequence[int], truncate
     truncation rate (hit the generation limit without EOS), length in tokens."""
     n = len(responses)
     if n == 0:
-        return {"boxed_per_response": float("nan"), "multi_boxed_share": float("nan"),
-                "ngram_repeat": float("nan"), "truncation_rate": float("nan"), "mean_length": float("nan")}
+        return {
+            "boxed_per_response": float("nan"),
+            "multi_boxed_share": float("nan"),
+            "ngram_repeat": float("nan"),
+            "truncation_rate": float("nan"),
+            "mean_length": float("nan"),
+        }
     boxed = [boxed_count(r) for r in responses]
     return {
         "boxed_per_response": sum(boxed) / n,

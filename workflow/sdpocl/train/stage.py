@@ -20,14 +20,10 @@ import shutil
 import time
 from pathlib import Path
 
-from .config import stable_json
+from sdpocl.config import stable_json
+from sdpocl.io import read_jsonl, write_json, write_jsonl
 
 COMPLETE = "COMPLETE"  # marker written last into a resume checkpoint
-
-
-def load_jsonl(path: str | Path) -> list[dict]:
-    with open(path) as fh:
-        return [json.loads(line) for line in fh if line.strip()]
 
 
 def fingerprint(settings: dict, parent: str) -> str:
@@ -82,13 +78,16 @@ def rollout_kwargs(use_cpu: bool) -> dict:
         import vllm  # noqa: F401
     except ImportError:
         return {}
-    return {"use_vllm": True, "vllm_mode": "colocate",
-            "vllm_gpu_memory_utilization": float(os.environ.get("SDPOCL_VLLM_MEMORY", "0.3"))}
+    return {
+        "use_vllm": True,
+        "vllm_mode": "colocate",
+        "vllm_gpu_memory_utilization": float(os.environ.get("SDPOCL_VLLM_MEMORY", "0.3")),
+    }
 
 
 def boxed_count(completions, **kwargs) -> list[float]:
     """Zero-weight 'reward' so TRL logs the mean \\boxed count per completion each step."""
-    from .rewards import boxed_count as count
+    from sdpocl.rewards import boxed_count as count
 
     return [float(count(c)) for c in completions]
 
@@ -150,8 +149,13 @@ def summarize(log: list[dict], steps_planned: int, patience: int) -> dict:
     """Stage summary from the per-step log: collapse status and reward in the first / last fifth."""
     rewards = [r["reward"] for r in log if "reward" in r]
     losses = [r["loss"] for r in log if "loss" in r]
-    out = {"steps_planned": steps_planned, "steps_done": len(log), "collapsed": False, "collapse_step": None,
-           "collapse_reason": None}
+    out = {
+        "steps_planned": steps_planned,
+        "steps_done": len(log),
+        "collapsed": False,
+        "collapse_step": None,
+        "collapse_reason": None,
+    }
     nan_at = next((r["step"] for r in log if not math.isfinite(r.get("loss", 0.0))), None)
     if nan_at is not None:
         out.update(collapsed=True, collapse_step=nan_at, collapse_reason="non-finite loss")
@@ -199,16 +203,17 @@ def step_log(log_history: list[dict]) -> list[dict]:
     return [{"step": e["step"], **log_row(e)} for e in log_history if "loss" in e and "step" in e]
 
 
-def train_stage(settings: dict, parent: str | Path, data: str | Path, out_dir: str | Path, state_dir: str | Path,
-                threads: int = 1) -> dict:
+def train_stage(
+    settings: dict, parent: str | Path, data: str | Path, out_dir: str | Path, state_dir: str | Path, threads: int = 1
+) -> dict:
     """Train one stage from ``parent`` (a model directory) on ``data``; write the stage outputs."""
     import torch
     from datasets import Dataset
     from transformers import AutoTokenizer, PrinterCallback
 
-    from .methods import get_method
-    from .rewards import make_code_reward, reward_for
-    from .trainers import FAMILIES
+    from sdpocl.rewards import make_code_reward, reward_for
+    from sdpocl.train.methods import get_method
+    from sdpocl.train.trainers import FAMILIES
 
     torch.set_num_threads(threads)
     out_dir, state_dir, parent = Path(out_dir), Path(state_dir), Path(parent)
@@ -229,11 +234,14 @@ def train_stage(settings: dict, parent: str | Path, data: str | Path, out_dir: s
         fp_file.write_text(fp)
     resume = last_complete_checkpoint(state_dir)
 
-    records = load_jsonl(data)
+    records = read_jsonl(data)
     if not records:
         raise ValueError(f"training data {data} is empty")
-    columns = {"prompt": [r["prompt"] for r in records], "answer": [r.get("answer", "") for r in records],
-               "tests": [json.dumps(r.get("tests", [])) for r in records]}
+    columns = {
+        "prompt": [r["prompt"] for r in records],
+        "answer": [r.get("answer", "") for r in records],
+        "tests": [json.dumps(r.get("tests", [])) for r in records],
+    }
     dataset = Dataset.from_dict(columns)
 
     use_cpu = not torch.cuda.is_available()
@@ -253,8 +261,14 @@ def train_stage(settings: dict, parent: str | Path, data: str | Path, out_dir: s
     else:
         reward = reward_for(settings["domain"])
     progress, teacher_state = _callbacks(tag, settings["collapse_patience"], settings["stop_on_collapse"])
-    trainer = trainer_cls(model=str(parent), reward_funcs=[reward, boxed_count], args=args, train_dataset=dataset,
-                          processing_class=tokenizer, callbacks=[progress, teacher_state])
+    trainer = trainer_cls(
+        model=str(parent),
+        reward_funcs=[reward, boxed_count],
+        args=args,
+        train_dataset=dataset,
+        processing_class=tokenizer,
+        callbacks=[progress, teacher_state],
+    )
     trainer.remove_callback(PrinterCallback)  # Progress prints one readable line per step instead
     if settings["method_settings"].get("teacher_model_kind") == "ema":
         # An EMA / restart-and-freeze teacher is state of its own: it is checkpointed and restored.
@@ -266,8 +280,11 @@ def train_stage(settings: dict, parent: str | Path, data: str | Path, out_dir: s
             from safetensors.torch import load_model
 
             load_model(teacher_state.teacher, str(resume / "teacher.safetensors"))
-    print(f"[{tag}] {method.name} ({settings['family']}): {settings['steps']} steps x "
-          f"{settings['prompts_per_step']} prompts x {settings['num_generations']} samples", flush=True)
+    print(
+        f"[{tag}] {method.name} ({settings['family']}): {settings['steps']} steps x "
+        f"{settings['prompts_per_step']} prompts x {settings['num_generations']} samples",
+        flush=True,
+    )
     diverged = None
     try:
         trainer.train(resume_from_checkpoint=str(resume) if resume else None)
@@ -307,15 +324,18 @@ def train_stage(settings: dict, parent: str | Path, data: str | Path, out_dir: s
     ckpt_root.mkdir(exist_ok=True)
 
     log = step_log(trainer.state.log_history)
-    with open(out_dir / "train_log.jsonl", "w") as fh:
-        for row in log:
-            fh.write(json.dumps(row) + "\n")
+    write_jsonl(out_dir / "train_log.jsonl", log)
     summary = summarize(log, settings["steps"], settings["collapse_patience"])
     if diverged and not summary["collapsed"]:
         summary.update(collapsed=True, collapse_step=trainer.state.global_step + 1, collapse_reason=diverged)
-    summary.update(finite_weights=bool(finite), model_from=model_from, seconds=round(time.time() - t0, 2), resumed_from=resume.name if resume else None,
-                   seconds_per_step=round(trainer.state.log_history[-1].get("train_runtime", 0.0) / max(1, len(log)), 4))
-    (out_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+    summary.update(
+        finite_weights=bool(finite),
+        model_from=model_from,
+        seconds=round(time.time() - t0, 2),
+        resumed_from=resume.name if resume else None,
+        seconds_per_step=round(trainer.state.log_history[-1].get("train_runtime", 0.0) / max(1, len(log)), 4),
+    )
+    write_json(out_dir / "summary.json", summary)
     resolved = {
         "method": method.name,
         "family": settings["family"],
@@ -326,13 +346,17 @@ def train_stage(settings: dict, parent: str | Path, data: str | Path, out_dir: s
         "trainer_config": json.loads(args.to_json_string()),
         "versions": _versions(),
     }
-    (out_dir / "resolved_config.json").write_text(json.dumps(resolved, indent=2, sort_keys=True, default=str))
+    write_json(out_dir / "resolved_config.json", resolved, sort_keys=True, default=str)
     if summary["collapsed"]:
-        print(f"[{tag}] stage recorded as COLLAPSED at step {summary['collapse_step']}: {summary['collapse_reason']}",
-              flush=True)
-    print(f"[{tag}] done in {summary['seconds']}s; reward first/last fifth "
-          f"{summary.get('reward_first_fifth', float('nan')):.3f} -> {summary.get('reward_last_fifth', float('nan')):.3f}",
-          flush=True)
+        print(
+            f"[{tag}] stage recorded as COLLAPSED at step {summary['collapse_step']}: {summary['collapse_reason']}",
+            flush=True,
+        )
+    first, last = summary.get("reward_first_fifth", float("nan")), summary.get("reward_last_fifth", float("nan"))
+    print(
+        f"[{tag}] done in {summary['seconds']}s; reward first/last fifth {first:.3f} -> {last:.3f}",
+        flush=True,
+    )
     shutil.rmtree(state_dir, ignore_errors=True)  # resume state is no longer needed
     return summary
 
@@ -342,8 +366,11 @@ def _restore_last_finite(model, state_dir: Path, parent: Path) -> str:
     import torch
     from safetensors.torch import load_model
 
-    ckpts = sorted((p for p in state_dir.glob("checkpoint-*") if (p / COMPLETE).exists()),
-                   key=lambda p: int(p.name.split("-")[1]), reverse=True)
+    ckpts = sorted(
+        (p for p in state_dir.glob("checkpoint-*") if (p / COMPLETE).exists()),
+        key=lambda p: int(p.name.split("-")[1]),
+        reverse=True,
+    )
     for source in [*ckpts, parent]:
         load_model(model, str(source / "model.safetensors"), strict=False)
         if all(torch.isfinite(p).all() for p in model.parameters()):

@@ -1,0 +1,131 @@
+"""Math reward: the last ``\\boxed{}`` in the final 100 characters equals the reference answer."""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from sdpocl.rewards.text import _column, completion_text
+
+BOXED_WINDOW = 100  # the scored \boxed{...} must start within the final 100 chars
+
+_BOX = "\\boxed{"
+
+
+def boxed_count(text: Any) -> int:
+    """Number of ``\\boxed{`` occurrences (accepts a string or a chat completion)."""
+    return completion_text(text).count(_BOX)
+
+
+def _match_brace(text: str, open_idx: int) -> int | None:
+    """Index of the ``}`` matching the ``{`` at ``open_idx`` (``\\{``/``\\}`` are
+    literal braces), or None if unbalanced."""
+    depth = 0
+    i = open_idx
+    n = len(text)
+    while i < n:
+        c = text[i]
+        if c == "\\" and i + 1 < n and text[i + 1] in "{}":
+            i += 2
+            continue
+        if c == "{":
+            depth += 1
+        elif c == "}":
+            depth -= 1
+            if depth == 0:
+                return i
+        i += 1
+    return None
+
+
+def extract_all_boxed(text: str) -> list[tuple[int, str | None]]:
+    """All top-level ``\\boxed{...}``: (start index, content or None if unbalanced).
+
+    Boxes nested inside another box are part of the outer box's content."""
+    out: list[tuple[int, str | None]] = []
+    i = text.find(_BOX)
+    while i != -1:
+        brace = i + len(_BOX) - 1
+        end = _match_brace(text, brace)
+        if end is None:
+            out.append((i, None))
+            i = text.find(_BOX, i + len(_BOX))
+            continue
+        out.append((i, text[brace + 1 : end]))
+        i = text.find(_BOX, end + 1)
+    return out
+
+
+def extract_boxed(text: Any, window: int | None = BOXED_WINDOW) -> str | None:
+    """Content of the last top-level ``\\boxed{...}`` starting within the final
+    ``window`` characters (``None``: anywhere), or None (no box, or the last such
+    box is unterminated)."""
+    s = completion_text(text).rstrip()
+    boxes = extract_all_boxed(s)
+    if window is not None:
+        cutoff = len(s) - window
+        boxes = [b for b in boxes if b[0] >= cutoff]
+    if not boxes:
+        return None
+    content = boxes[-1][1]
+    # \boxed{\boxed{68}} -> 68
+    while content is not None:
+        inner = content.strip()
+        if inner.startswith(_BOX) and _match_brace(inner, len(_BOX) - 1) == len(inner) - 1:
+            content = inner[len(_BOX) : -1]
+        else:
+            break
+    return content
+
+
+_THOUSANDS = re.compile(r"^[+-]?\d{1,3}(,\d{3})+(\.\d+)?$")
+_TEXT_WRAP = re.compile(r"^\\(?:text|mathrm|textbf|mathbf)\{")
+
+
+def normalise_math_answer(s: Any) -> str:
+    """Whitespace removed, surrounding ``$``, ``\\text{}`` and a trailing ``.``
+    stripped, thousands separators in plain numbers removed."""
+    t = "".join(str(s).split())
+    prev = None
+    while t != prev:
+        prev = t
+        if len(t) >= 2 and t[0] == "$" and t[-1] == "$":
+            t = t[1:-1]
+        m = _TEXT_WRAP.match(t)
+        if m and _match_brace(t, m.end() - 1) == len(t) - 1:
+            t = t[m.end() : -1]
+        t = t.rstrip(".")
+    if _THOUSANDS.match(t):
+        t = t.replace(",", "")
+    return t
+
+
+def _as_number(s: str) -> float | None:
+    try:
+        v = float(s)
+    except (ValueError, OverflowError):
+        return None
+    return v if math.isfinite(v) else None
+
+
+def math_answers_equal(pred: Any, ref: Any) -> bool:
+    """Normalised string equality, or numeric equality if both parse as numbers."""
+    if pred is None or ref is None:
+        return False
+    p, r = normalise_math_answer(pred), normalise_math_answer(ref)
+    if not p:
+        return False
+    if p == r:
+        return True
+    pv, rv = _as_number(p), _as_number(r)
+    if pv is None or rv is None:
+        return False
+    return math.isclose(pv, rv, rel_tol=1e-9, abs_tol=1e-12)
+
+
+def math_reward(completions: Sequence[Any], answer: Sequence[Any] | None = None, **kwargs) -> list[float]:
+    """1.0 iff the last ``\\boxed{}`` in the final 100 characters equals ``answer``."""
+    answers = _column(answer, len(completions), "answer")
+    return [1.0 if math_answers_equal(extract_boxed(c), a) else 0.0 for c, a in zip(completions, answers)]
