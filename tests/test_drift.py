@@ -100,16 +100,19 @@ def test_batched_stage_drift_equals_per_matrix_param_drift(tmp_path):
     shapes = {"q_proj": (16, 16), "k_proj": (8, 16), "down_proj": (16, 24)}
     base = {n: torch.randn(*shapes[n.split(".")[-2]], generator=g) for n in names}
     base["model.embed_tokens.weight"] = torch.randn(10, 16, generator=g)  # not a block matrix: ignored
-    save_file(base, str(tmp_path / "base.safetensors"))
+    _save_sharded(base, tmp_path / "base", shards=3)  # a hub-style sharded base
     stage = tmp_path / "stage"
     ckpts = {}
     for step in (2, "final"):
         w = {n: t + 0.01 * torch.randn(t.shape, generator=g) for n, t in base.items()}
         d = stage / ("model" if step == "final" else f"checkpoints/step-{step}")
-        d.mkdir(parents=True)
-        save_file(w, str(d / "model.safetensors"))
+        if step == 2:
+            _save_sharded(w, d, shards=2)
+        else:
+            d.mkdir(parents=True)
+            save_file(w, str(d / "model.safetensors"))
         ckpts[str(step)] = w
-    rows, summary = stage_param_drift(tmp_path / "base.safetensors", stage, top_k=4, mask_frac=0.1, tol=1e-6)
+    rows, summary = stage_param_drift(tmp_path / "base", stage, top_k=4, mask_frac=0.1, tol=1e-6, update_rule="abs")
     assert len(rows) == 2 * len(names) and set(rows.matrix) == set(names)
     for r in rows.itertuples():
         want = param_drift(base[r.matrix], ckpts[r.checkpoint][r.matrix], top_k=4, mask_frac=0.1, tol=1e-6)
@@ -117,3 +120,33 @@ def test_batched_stage_drift_equals_per_matrix_param_drift(tmp_path):
         assert r.max_pa_deg == pytest.approx(want["max_pa_deg"], rel=1e-3, abs=1e-3)
         assert r.pm_overlap == pytest.approx(want["pm_overlap"]) and r.pm_update == pytest.approx(want["pm_update"])
     assert set(summary.matrix_type) == {"all", "q_proj", "k_proj", "down_proj"}
+
+
+def _save_sharded(tensors: dict, out, shards: int) -> None:
+    """Save as ``model-0000i-of-0000n.safetensors`` + ``model.safetensors.index.json``, as the hub does."""
+    import json
+
+    from safetensors.torch import save_file
+
+    out.mkdir(parents=True, exist_ok=True)
+    names = sorted(tensors)
+    weight_map = {}
+    for i in range(shards):
+        file = f"model-{i + 1:05d}-of-{shards:05d}.safetensors"
+        part = {n: tensors[n] for n in names[i::shards]}
+        save_file(part, str(out / file))
+        weight_map.update(dict.fromkeys(part, file))
+    (out / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+
+
+def test_pm_update_rules():
+    """bf16: an entry counts when its bf16-rounded value changes; abs/rel: by a tolerance."""
+    from sdpocl.drift.params import updated_entries
+
+    w0 = torch.tensor([[1.0, 1.0, 100.0, 0.0]])
+    wt = torch.tensor([[1.0 + 1e-4, 1.0 + 2**-6, 100.0 + 1e-4, 1e-9]])  # bf16 spacing near 1 is 2^-7
+    assert updated_entries(w0, wt, "bf16").tolist() == [[False, True, False, True]]
+    assert updated_entries(w0, wt, "abs", 1e-5).tolist() == [[True, True, True, False]]
+    assert updated_entries(w0, wt, "rel", 1e-5).tolist() == [[True, True, False, True]]
+    with pytest.raises(ValueError, match="unknown update rule"):
+        updated_entries(w0, wt, "median")

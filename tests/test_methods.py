@@ -10,9 +10,19 @@ def settings(method, **kw):
     return get_method(method).settings(RunSpec(name="x", method=method, **kw))
 
 
-def test_grpo_is_dr_grpo():
+def test_grpo_as_upstream():
+    """Token-mean per sequence, Dr.GRPO advantage (no std scaling), clip 0.2/0.28, no KL, token-level vLLM IS cap 2."""
     s = settings("grpo")
-    assert s == {"loss_type": "dr_grpo", "scale_rewards": "none", "epsilon": 0.2, "epsilon_high": 0.28, "beta": 0.0}
+    assert s == {
+        "loss_type": "grpo",
+        "scale_rewards": "none",
+        "epsilon": 0.2,
+        "epsilon_high": 0.28,
+        "beta": 0.0,
+        "vllm_importance_sampling_correction": True,
+        "vllm_importance_sampling_mode": "token_truncate",
+        "vllm_importance_sampling_clip_max": 2.0,
+    }
 
 
 @pytest.mark.parametrize("alpha", [0.0, 0.01, 0.05, 0.5, 1.0])

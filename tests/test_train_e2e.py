@@ -13,6 +13,7 @@ from safetensors.torch import load_file
 from workflow_utils import BIN, ROOT, scheduled_jobs, snakemake
 
 from sdpocl.config import chains_for, expand_runs, load_config, run_by_name, stage_settings
+from sdpocl.train.weights import has_weights
 
 pytestmark = pytest.mark.slow
 
@@ -25,7 +26,7 @@ def test_every_stage_written(smoke_results):
             stage = smoke_results / "runs" / run.name / "/".join(chain)
             summary = json.loads((stage / "summary.json").read_text())
             assert summary["steps_done"] == summary["steps_planned"] == config["train"]["steps"][chain[-1]]
-            assert (stage / "model" / "model.safetensors").exists()
+            assert (stage / "model" / "config.json").exists() and has_weights(stage / "model")
             steps = sorted(int(p.name.split("-")[1]) for p in (stage / "checkpoints").glob("step-*"))
             save_every = config["train"]["save_every"]
             assert steps == list(range(save_every, summary["steps_planned"] + 1, save_every))
@@ -65,7 +66,8 @@ def test_resolved_config_records_the_method(smoke_results):
         return json.loads(path.read_text())["trainer_config"]
 
     grpo = trainer_config("grpo_s0", "math")
-    assert grpo["loss_type"] == "dr_grpo" and grpo["scale_rewards"] == "none" and grpo["epsilon_high"] == 0.28
+    assert grpo["loss_type"] == "grpo" and grpo["scale_rewards"] == "none" and grpo["epsilon_high"] == 0.28
+    assert grpo["optimizer_steps_per_rollout"] == 4 and grpo["max_steps"] == 4 * 4  # 4 rollout steps (smoke)
     frozen = trainer_config("sdpo_a0_s0", "math/science")
     assert frozen["teacher_model_kind"] == "base" and frozen["distillation_mode"] == "topk_logits"
     ema = trainer_config("sdpo_a0.05_s0", "math")
@@ -121,11 +123,12 @@ def test_resume_after_kill_matches_uninterrupted(smoke_results, tmp_path, run_na
     )
     assert killed.returncode != 0
     assert not (tmp_path / "resumed" / "summary.json").exists()
-    assert (tmp_path / "resumed_state" / "checkpoint-4" / "COMPLETE").exists()
+    assert (tmp_path / "resumed_state" / "resume-step-4" / "COMPLETE").exists()
+    assert not (tmp_path / "resumed_state" / "resume-step-2").exists()  # only the latest resume state is kept
 
     resumed = _train(settings, parent, data, tmp_path / "resumed", tmp_path / "resumed_state")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert "resuming from checkpoint-4" in resumed.stdout
+    assert "resuming from resume-step-4" in resumed.stdout
 
     a = load_file(str(tmp_path / "full" / "model" / "model.safetensors"))
     b = load_file(str(tmp_path / "resumed" / "model" / "model.safetensors"))
@@ -135,7 +138,9 @@ def test_resume_after_kill_matches_uninterrupted(smoke_results, tmp_path, run_na
     log_a = (tmp_path / "full" / "train_log.jsonl").read_text().splitlines()
     log_b = (tmp_path / "resumed" / "train_log.jsonl").read_text().splitlines()
     assert [json.loads(x)["reward"] for x in log_a] == [json.loads(x)["reward"] for x in log_b]
-    assert json.loads((tmp_path / "resumed" / "summary.json").read_text())["resumed_from"] == "checkpoint-4"
+    assert json.loads((tmp_path / "resumed" / "summary.json").read_text())["resumed_from"] == "step-4"
+    steps = sorted(p.name for p in (tmp_path / "resumed" / "checkpoints").iterdir())
+    assert steps == ["step-2", "step-4", "step-6"]  # the saves before the kill survive it
 
 
 def test_stale_resume_state_is_discarded(smoke_results, tmp_path):

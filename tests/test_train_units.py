@@ -51,11 +51,11 @@ def test_summary_flags_reward_stuck_at_zero():
 
 def test_only_complete_checkpoints_resume(tmp_path):
     for step, complete in [(2, True), (4, True), (6, False)]:
-        d = tmp_path / f"checkpoint-{step}"
+        d = tmp_path / f"resume-step-{step}"
         d.mkdir()
         if complete:
             (d / COMPLETE).write_text(str(step))
-    assert last_complete_checkpoint(tmp_path).name == "checkpoint-4"
+    assert last_complete_checkpoint(tmp_path).name == "resume-step-4"
     assert last_complete_checkpoint(tmp_path / "nothing") is None
 
 
@@ -68,19 +68,25 @@ def test_fingerprint_depends_on_settings_and_parent():
 
 def test_multi_gpu_processes_split_the_global_batch(monkeypatch, smoke_config):
     from sdpocl.config import expand_runs, stage_settings, validate_config
-    from sdpocl.train.stage import trainer_kwargs
+    from sdpocl.train.plan import trainer_kwargs
 
     cfg = validate_config(smoke_config)
-    settings = stage_settings(cfg, expand_runs(cfg)[0], ("math",))
-    settings.update(prompts_per_step=32, num_generations=8)
-    assert trainer_kwargs(settings, "/tmp/x", True)["per_device_train_batch_size"] == 256
-    monkeypatch.setenv("WORLD_SIZE", "4")  # accelerate launch with 4 GPUs: 4 x 64 = 32 prompts x 8 samples
-    assert trainer_kwargs(settings, "/tmp/x", False)["per_device_train_batch_size"] == 64
+    runs = {run.method: run for run in expand_runs(cfg)}
+    grpo = stage_settings(cfg, runs["grpo"], ("math",))
+    sdpo = stage_settings(cfg, runs["sdpo"], ("math",))
+    for s in (grpo, sdpo):
+        s.update(prompts_per_step=32, num_generations=8, micro_batch_size=None)
+    # GRPO: 4 mini-batches of 8 prompts x 8 = 64 completions; SDPO: the whole 256 in one optimizer step
+    assert trainer_kwargs(grpo, "/tmp/x", True)["per_device_train_batch_size"] == 64
+    assert trainer_kwargs(sdpo, "/tmp/x", True)["per_device_train_batch_size"] == 256
+    monkeypatch.setenv("WORLD_SIZE", "4")  # accelerate launch with 4 GPUs: 4 x 16 = one GRPO mini-batch
+    assert trainer_kwargs(grpo, "/tmp/x", False)["per_device_train_batch_size"] == 16
+    assert trainer_kwargs(sdpo, "/tmp/x", False)["per_device_train_batch_size"] == 64
     monkeypatch.setenv("WORLD_SIZE", "3")
     import pytest
 
-    with pytest.raises(ValueError, match="cannot be split over 3 GPUs"):
-        trainer_kwargs(settings, "/tmp/x", False)
+    with pytest.raises(ValueError, match="cannot be split over 3 processes"):
+        trainer_kwargs(grpo, "/tmp/x", False)
 
 
 def test_rollouts_use_vllm_only_on_a_gpu_with_vllm(monkeypatch):

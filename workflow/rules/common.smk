@@ -23,6 +23,8 @@ from sdpocl.config import (
 from sdpocl.data.benchmarks import OOD_GENERATORS, benchmarks_for
 from sdpocl.data.loaders import OOD_BENCHMARKS as PAPER_OOD
 from sdpocl.data.domains import DOMAINS
+from sdpocl.prompts import resolve_prompt_format
+from sdpocl.train.paper_base import BaseModelError, check_base_available
 from sdpocl.plot.tables import BASE_META, FIGURE_CATEGORIES, FIGURE_TABLES
 
 try:
@@ -34,7 +36,14 @@ except ConfigError as exc:
 RESULTS = config["results"]
 RUNS = {run.name: run for run in expand_runs(config)}
 TINY = config["preset"] == "tiny"
-BASE_MODEL = f"{RESULTS}/base/model" if TINY else config["base"]["model"]
+#: the base model every stage 1, evaluate-base and compute-drift read: built (tiny preset) or
+#: resolved from a hub id / local copy (paper preset, rule fetch_base_model) into one local directory
+BASE_MODEL = f"{RESULTS}/base/model"
+if not TINY and not os.path.isdir(BASE_MODEL):
+    try:
+        check_base_available(config["base"]["model"], config["base"]["source"])
+    except BaseModelError as exc:
+        raise WorkflowError(str(exc)) from None
 THREADS = config["train"]["threads"]
 BENCHMARK_NAMES = benchmarks_for(config)
 VARIANT_RUNS = [name for name, run in RUNS.items() if run.cot or run.mask_prob > 0]
@@ -43,7 +52,7 @@ DATA_SOURCES = (
     "" if not config["data"]["sources"] else f"--sources {shlex.quote(stable_json(config['data']['sources']))}"
 )
 #: what a changed value of must re-evaluate: sampling, limits and the chat template
-EVAL_SETTINGS = stable_json({**config["evaluate"], "chat_template": not TINY})
+EVAL_SETTINGS = stable_json({**config["evaluate"], **resolve_prompt_format(config)})
 
 
 wildcard_constraints:
@@ -165,7 +174,7 @@ def parent_model(wildcards):
     """Stage k starts from stage k-1's final model (PyPSA-Eur style chaining), stage 1 from the base."""
     parent = parent_chain(parse_chain(wildcards.chain))
     if parent is None:
-        return [BASE_MODEL] if TINY else []
+        return [BASE_MODEL]
     return [stage_path(wildcards.run, chain_str(parent), "model")]
 
 

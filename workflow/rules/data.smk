@@ -19,19 +19,38 @@ rule prepare_data:
         "--n {params.n} --seed {params.seed} {params.sources} --out {output} > {log} 2>&1"
 
 
-rule build_base:
-    output:
-        model=directory(f"{RESULTS}/base/model"),
-        report=f"{RESULTS}/base/report.json",
-    log:
-        f"{RESULTS}/logs/build_base.log",
-    benchmark:
-        f"{RESULTS}/benchmarks/build_base.tsv"
-    conda:
-        "../../envs/sdpocl.yaml"
-    threads: 2  # fixed, not `workflow.cores`: the same base on every machine, and --report needs no --cores
-    params:
-        settings=stable_json({"base": config["base"], "data": {"seed": config["data"]["seed"]}}),  # what build_base reads
-    shell:
-        "sdpocl build-base --settings {params.settings:q} "
-        "--out {output.model} --report {output.report} --threads {threads} > {log} 2>&1"
+if TINY:
+
+    rule build_base:
+        output:
+            model=directory(BASE_MODEL),
+            report=f"{RESULTS}/base/report.json",
+        log:
+            f"{RESULTS}/logs/build_base.log",
+        benchmark:
+            f"{RESULTS}/benchmarks/build_base.tsv"
+        conda:
+            "../../envs/sdpocl.yaml"
+        threads: 2  # fixed, not `workflow.cores`: the same base on every machine, and --report needs no --cores
+        params:
+            settings=stable_json({"base": config["base"], "data": {"seed": config["data"]["seed"]}}),  # what build_base reads
+        shell:
+            "sdpocl build-base --settings {params.settings:q} "
+            "--out {output.model} --report {output.report} --threads {threads} > {log} 2>&1"
+
+else:
+
+    # the paper preset's base model (hub id or local copy) as one local directory
+    rule fetch_base_model:
+        output:
+            directory(BASE_MODEL),
+        log:
+            f"{RESULTS}/logs/fetch_base_model.log",
+        localrule: True  # a hub download: on the submit node, which has network, under Slurm
+        conda:
+            "../../envs/sdpocl.yaml"
+        params:
+            model=config["base"]["model"],
+            source=f"--source {config['base']['source']}" if config["base"]["source"] else "",
+        shell:
+            "sdpocl fetch-base --model {params.model:q} {params.source} --out {output} > {log} 2>&1"

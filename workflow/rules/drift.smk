@@ -3,7 +3,7 @@
 
 rule compute_drift:
     input:
-        base=[BASE_MODEL] if TINY else [],  # the paper preset names a hub model, not a file
+        base=BASE_MODEL,
         model=f"{RESULTS}/runs/{{run}}/{{chain}}/model",
         checkpoints=f"{RESULTS}/runs/{{run}}/{{chain}}/checkpoints",
     output:
@@ -21,9 +21,10 @@ rule compute_drift:
         top_k=config["drift"]["top_k"],
         mask_frac=config["drift"]["mask_frac"],
         tol=config["drift"]["tol"],
+        update_rule=config["drift"]["update_rule"],
     shell:
         "sdpocl compute-drift --base {params.base} --stage {params.stage} --top-k {params.top_k} "
-        "--mask-frac {params.mask_frac} --tol {params.tol} --out {output.summary} "
+        "--mask-frac {params.mask_frac} --tol {params.tol} --update-rule {params.update_rule} --out {output.summary} "
         "--out-matrices {output.matrices} > {log} 2>&1"
 
 

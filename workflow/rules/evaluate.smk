@@ -66,7 +66,7 @@ rule evaluate_checkpoint:
 
 rule evaluate_base:
     input:
-        model=[BASE_MODEL] if TINY else [],  # the paper preset names a hub model, not a file
+        model=BASE_MODEL,
         tasks=eval_task_files(),
     output:
         scores=f"{RESULTS}/base/eval/scores.json",
@@ -84,12 +84,11 @@ rule evaluate_base:
         model=lambda wc: BASE_MODEL,
         out=lambda wc, output: os.path.dirname(output.scores),
         tasks=lambda wc, input: os.path.dirname(input.tasks[0]),
-        hub="" if TINY else "--hub-model",
         meta=stable_json(BASE_META),
         settings=EVAL_SETTINGS,
         benchmarks=BENCHMARK_NAMES,
     shell:
-        "sdpocl evaluate --model {params.model} {params.hub} --tasks {params.tasks} "
+        "sdpocl evaluate --model {params.model} --tasks {params.tasks} "
         "--benchmarks {params.benchmarks} --settings {params.settings:q} --meta {params.meta:q} "
         "--out {params.out} --threads {threads} > {log} 2>&1"
 

@@ -47,6 +47,24 @@ def cmd_build_base(a) -> None:
     write_json(a.report, summary)
 
 
+def cmd_fetch_base(a) -> None:
+    from sdpocl.train.paper_base import fetch_base_model
+
+    fetch_base_model(a.model, a.out, source=a.source)
+
+
+def cmd_build_standin(a) -> None:
+    from sdpocl.io import read_jsonl
+    from sdpocl.train.paper_base import build_standin
+
+    texts = []
+    for path in a.corpus:
+        for rec in read_jsonl(path):
+            texts += [str(rec.get(key) or "") for key in ("system", "prompt", "answer", "solution")]
+    out = build_standin(a.out, [t for t in texts if t], vocab_size=a.vocab_size)
+    print(f"[build-standin] {out}")
+
+
 def cmd_prepare_benchmark(a) -> None:
     if a.preset == "paper":
         records = _paper_records([a.name], "test", a)
@@ -70,6 +88,7 @@ def cmd_write_eval_task(a) -> None:
         temperature=s["temperature"],
         top_p=s["top_p"],
         max_gen_toks=s["max_gen_toks"],
+        chat_template=bool(s.get("chat_template")),
     )
     print(f"[write-eval-task] {a.benchmark} -> {a.out}")
 
@@ -223,7 +242,7 @@ def cmd_compute_drift(a) -> None:
     from sdpocl.drift.params import stage_param_drift
 
     rows, summary = stage_param_drift(
-        Path(a.base) / "model.safetensors", Path(a.stage), top_k=a.top_k, mask_frac=a.mask_frac, tol=a.tol
+        Path(a.base), Path(a.stage), top_k=a.top_k, mask_frac=a.mask_frac, tol=a.tol, update_rule=a.update_rule
     )
     write_csv(rows, a.out_matrices)
     write_csv(summary, a.out)
@@ -287,6 +306,26 @@ COMMANDS = [
             _arg("--out", required=True, help="model directory"),
             _arg("--report", required=True, help="JSON report (sizes, SFT loss)"),
             _threads(2),
+        ],
+    ),
+    (
+        "fetch-base",
+        "resolve the paper preset's base model (hub id or local copy) to a local directory",
+        cmd_fetch_base,
+        [
+            _arg("--model", required=True, help="hub id or local directory"),
+            _arg("--source", help="local copy of the model (a mirror), used instead of the hub"),
+            _arg("--out", required=True, help="model directory"),
+        ],
+    ),
+    (
+        "build-standin",
+        "a tiny sharded Qwen3 stand-in with Qwen3's chat template (the paper preset's rehearsal)",
+        cmd_build_standin,
+        [
+            _arg("--out", required=True, help="model directory"),
+            _arg("--corpus", nargs="+", required=True, help="JSONL records whose text trains the tokenizer"),
+            _arg("--vocab-size", type=int, default=1024),
         ],
     ),
     (
@@ -362,6 +401,9 @@ COMMANDS = [
             _arg("--top-k", type=int, default=32),
             _arg("--mask-frac", type=float, default=0.05),
             _arg("--tol", type=float, default=1e-6),
+            _arg(
+                "--update-rule", default="bf16", choices=["bf16", "abs", "rel"], help="when an entry counts as updated"
+            ),
             _arg("--out", required=True, help="CSV: mean/median/p10/p90 per checkpoint, overall and per matrix type"),
             _arg("--out-matrices", required=True, help="CSV: one row per checkpoint and matrix"),
         ],

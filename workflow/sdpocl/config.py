@@ -16,6 +16,7 @@ from typing import Any
 
 import yaml
 
+from sdpocl.prompts import resolve_prompt_format
 from sdpocl.train.methods import METHODS, RunSpec, default_run_name, get_method, stable_sdpo_period
 
 SCHEMA_PATH = Path(__file__).resolve().parents[1] / "schemas" / "config.schema.yaml"
@@ -64,7 +65,7 @@ def validate_config(config: dict) -> dict:
 
     schema = load_schema()
     # Sub-objects with only defaulted keys may be missing entirely: create them so defaults apply.
-    for key in ("base", "data", "drift", "evaluate", "plots"):
+    for key in ("base", "data", "drift", "evaluate", "plots", "prompt_format"):
         config.setdefault(key, {})
     validator = _fill_defaults(Draft202012Validator)(schema)
     errors = sorted(validator.iter_errors(config), key=lambda e: (len(e.absolute_path), list(map(str, e.path))))
@@ -89,6 +90,20 @@ def _check_semantics(config: dict) -> None:
     missing = [d for d in config["domains"] if d not in config["train"]["steps"]]
     if missing:
         raise ConfigError(f"config error at 'train.steps': no step count for domain(s) {', '.join(missing)}")
+    train = config["train"]
+    k, prompts = train["grpo_minibatches"], train["prompts_per_step"]
+    if prompts % k:
+        raise ConfigError(
+            f"config error at 'train.grpo_minibatches': {prompts} prompts per step cannot be split into {k} "
+            "GRPO mini-batches of whole prompts"
+        )
+    micro = train["micro_batch_size"]
+    for name, size in (("a GRPO mini-batch", prompts // k), ("an SDPO step", prompts)):
+        if micro and (size * train["num_generations"]) % micro:
+            raise ConfigError(
+                f"config error at 'train.micro_batch_size': {size * train['num_generations']} completions of "
+                f"{name} cannot be split into micro-batches of {micro}"
+            )
     for i, run in enumerate(config["runs"]):
         where = f"runs[{i}]"
         if run["method"] not in METHODS:
@@ -254,6 +269,12 @@ def stage_settings(config: dict, run: RunSpec, chain: tuple[str, ...]) -> dict:
         "num_generations": train["num_generations"],
         "max_completion_length": train["max_completion_length"].get(domain, 48),
         "max_prompt_length": train["max_prompt_length"],
+        "max_reprompt_length": train["max_reprompt_length"],
+        "optimizer_steps_per_rollout": train["grpo_minibatches"] if method.family == "grpo" else 1,
+        "micro_batch_size": train["micro_batch_size"],
+        "gradient_checkpointing": train["gradient_checkpointing"],
+        "mixed_precision": train["mixed_precision"],
+        "prompt_format": resolve_prompt_format(config),
         "temperature": run.temperature if run.temperature is not None else train["temperature"],
         "lr": run.lr if run.lr is not None else train["lr"],
         "weight_decay": train["weight_decay"],

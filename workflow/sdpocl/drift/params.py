@@ -5,7 +5,11 @@ Definitions from PAPER.md (Diagnostics), W = U S V^T:
 - Max PA: the largest principal angle (degrees) between the top-k left singular subspaces;
 - principal mask: the top ``mask_frac`` entries of |U_k S_k V_k^T|;
   PM overlap: % of W0's principal mask still principal in Wt;
-  PM update: % of the updated entries (|Wt - W0| > tol) that lie in W0's principal mask.
+  PM update: % of the updated entries that lie in W0's principal mask. An entry counts as updated
+  by ``update_rule``: ``bf16`` (default) when its bf16-rounded value changed -- what the paper's bf16
+  checkpoints see; with fp32 master weights nearly every entry moves by a little, so ``|dW| > 0``
+  would count the whole matrix and PM update would equal the mask fraction --, ``abs`` when
+  |Wt - W0| > tol, ``rel`` when |Wt - W0| > tol * |W0|.
 A matrix with fewer than ``top_k`` singular values uses all of them. SVDs run in float32 with
 ``torch.linalg`` on whatever device the tensors are on.
 """
@@ -58,10 +62,25 @@ def decompose(ws: torch.Tensor, top_k: int, mask_frac: float) -> list[dict]:
     ]
 
 
-def drift_metrics(w0: torch.Tensor, wt: torch.Tensor, d0: dict, dt: dict, tol: float) -> dict:
+UPDATE_RULES = ("bf16", "abs", "rel")
+
+
+def updated_entries(w0: torch.Tensor, wt: torch.Tensor, rule: str = "bf16", tol: float = 0.0) -> torch.Tensor:
+    """Boolean mask of the entries that count as updated (see the module docstring)."""
+    if rule == "bf16":
+        return w0.to(torch.bfloat16) != wt.to(torch.bfloat16)
+    delta = (wt.float() - w0.float()).abs()
+    if rule == "abs":
+        return delta > tol
+    if rule == "rel":
+        return delta > tol * w0.float().abs()
+    raise ValueError(f"unknown update rule {rule!r}; one of {', '.join(UPDATE_RULES)}")
+
+
+def drift_metrics(w0: torch.Tensor, wt: torch.Tensor, d0: dict, dt: dict, tol: float, update_rule: str = "abs") -> dict:
     """The four drift metrics from two decompositions (see :func:`decompose`)."""
     nss = (torch.linalg.vector_norm(dt["s"] - d0["s"]) / torch.linalg.vector_norm(d0["s"]).clamp(min=1e-30)).item()
-    updated = (wt.float() - w0.float()).abs() > tol
+    updated = updated_entries(w0, wt, update_rule, tol)
     n_updated = int(updated.sum())
     return {
         "nss": nss,
@@ -74,12 +93,19 @@ def drift_metrics(w0: torch.Tensor, wt: torch.Tensor, d0: dict, dt: dict, tol: f
 
 
 def param_drift(
-    w0: torch.Tensor, wt: torch.Tensor, *, top_k: int = 32, mask_frac: float = 0.05, tol: float = 1e-6
+    w0: torch.Tensor,
+    wt: torch.Tensor,
+    *,
+    top_k: int = 32,
+    mask_frac: float = 0.05,
+    tol: float = 1e-6,
+    update_rule: str = "abs",
 ) -> dict:
-    """Drift metrics of ``wt`` against ``w0`` (2-D tensors of one shape); see the module docstring."""
+    """Drift metrics of ``wt`` against ``w0`` (2-D tensors of one shape); see the module docstring.
+    (``update_rule`` defaults to ``abs`` here, the contract's original meaning of ``tol``.)"""
     _check(w0, wt, mask_frac)
     d0, dt = decompose(torch.stack([w0.detach(), wt.detach()]), top_k, mask_frac)
-    return drift_metrics(w0.detach(), wt.detach(), d0, dt, tol)
+    return drift_metrics(w0.detach(), wt.detach(), d0, dt, tol, update_rule)
 
 
 def _by_shape(mats: dict[str, torch.Tensor]) -> dict[tuple, list[str]]:
@@ -107,36 +133,52 @@ def block_matrices(state_dict: dict) -> dict[str, torch.Tensor]:
 
 
 def stage_checkpoints(stage_dir) -> list[tuple[int | str, Path]]:
-    """(step, weights file) of every intermediate checkpoint of a stage, then ('final', model)."""
+    """(step, model directory) of every intermediate checkpoint of a stage, then ('final', model)."""
+    from sdpocl.train.weights import has_weights
+
     stage_dir = Path(stage_dir)
-    steps = sorted(stage_dir.glob("checkpoints/step-*/model.safetensors"), key=lambda p: int(p.parent.name[5:]))
-    return [(int(p.parent.name[5:]), p) for p in steps] + [("final", stage_dir / "model" / "model.safetensors")]
+    steps = sorted(
+        (p for p in stage_dir.glob("checkpoints/step-*") if p.name[5:].isdigit() and has_weights(p)),
+        key=lambda p: int(p.name[5:]),
+    )
+    return [(int(p.name[5:]), p) for p in steps] + [("final", stage_dir / "model")]
 
 
-def stage_param_drift(base_weights, stage_dir, *, top_k: int, mask_frac: float, tol: float):
+def _block_weights(model_dir) -> dict[str, torch.Tensor]:
+    """The block matrices of a model directory (single-file or sharded), read without the rest."""
+    from sdpocl.train.weights import load_tensors
+
+    rx = re.compile(BLOCK_MATRIX)
+    return {k: v for k, v in load_tensors(model_dir, keep=lambda name: bool(rx.match(name))).items() if v.dim() == 2}
+
+
+def stage_param_drift(base_dir, stage_dir, *, top_k: int, mask_frac: float, tol: float, update_rule: str = "bf16"):
     """Per (checkpoint, matrix) drift rows of one stage against the base, and their aggregate.
 
     The base weights are loaded once; each checkpoint once. Returns (rows, summary) DataFrames;
     the summary has mean, median, p10 and p90 per checkpoint and metric, over all matrices
     (``matrix_type == "all"``) and per projection type (q_proj, ..., down_proj)."""
     import pandas as pd
-    from safetensors.torch import load_file
 
     if not 0 < mask_frac <= 1:
         raise ValueError(f"mask_frac must be in (0, 1], got {mask_frac}")
+    if update_rule not in UPDATE_RULES:
+        raise ValueError(f"unknown update rule {update_rule!r}; one of {', '.join(UPDATE_RULES)}")
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    base = {k: v.to(device).float() for k, v in block_matrices(load_file(str(base_weights))).items()}
+    base = {k: v.to(device).float() for k, v in _block_weights(base_dir).items()}
+    if not base:
+        raise ValueError(f"{base_dir} has no transformer block matrices ({BLOCK_MATRIX})")
     base_dec = batched_decompositions(base, top_k, mask_frac)  # the base is decomposed once per job
     rows = []
     for step, path in stage_checkpoints(stage_dir):
-        ckpt = block_matrices(load_file(str(path)))
+        ckpt = _block_weights(path)
         missing = sorted(set(base) - set(ckpt))
         if missing:
             raise ValueError(f"{path} lacks {len(missing)} block matrices of the base, e.g. {missing[0]}")
         ckpt = {name: ckpt[name].to(device).float() for name in base}
         ckpt_dec = batched_decompositions(ckpt, top_k, mask_frac)
         for name, w0 in base.items():
-            d = drift_metrics(w0, ckpt[name], base_dec[name], ckpt_dec[name], tol)
+            d = drift_metrics(w0, ckpt[name], base_dec[name], ckpt_dec[name], tol, update_rule)
             rows.append({"checkpoint": str(step), "matrix": name, "matrix_type": name.split(".")[-2], **d})
     frame = pd.DataFrame(rows)
     metrics = ["nss", "max_pa_deg", "pm_overlap", "pm_update"]

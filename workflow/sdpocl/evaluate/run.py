@@ -47,7 +47,9 @@ def choose_backend(requested: str) -> str:
     return "hf"
 
 
-def make_lm(model: str, backend: str, *, batch_size: int, max_gen_toks: int, seed: int):
+def make_lm(
+    model: str, backend: str, *, batch_size: int, max_gen_toks: int, seed: int, template_kwargs: dict | None = None
+):
     """An lm-eval model: HFLM around an in-memory transformers model, or lm-eval's vLLM backend."""
     if backend == "vllm":
         try:
@@ -58,7 +60,12 @@ def make_lm(model: str, backend: str, *, batch_size: int, max_gen_toks: int, see
                 "pip install -e '.[gpu]' on a GPU machine, or set evaluate.backend: hf"
             ) from exc
         return VLLM(
-            pretrained=model, dtype="bfloat16", seed=seed, max_gen_toks=max_gen_toks, gpu_memory_utilization=0.85
+            chat_template_args=dict(template_kwargs or {}),
+            pretrained=model,
+            dtype="bfloat16",
+            seed=seed,
+            max_gen_toks=max_gen_toks,
+            gpu_memory_utilization=0.85,
         )  # pragma: no cover
     import torch
     from lm_eval.models.huggingface import HFLM
@@ -69,6 +76,7 @@ def make_lm(model: str, backend: str, *, batch_size: int, max_gen_toks: int, see
     hf_model = AutoModelForCausalLM.from_pretrained(model, dtype=dtype).to("cuda" if cuda else "cpu")
     tok = AutoTokenizer.from_pretrained(model)
     return HFLM(
+        chat_template_args=dict(template_kwargs or {}),
         pretrained=hf_model,
         tokenizer=tok,
         batch_size=batch_size,
@@ -154,7 +162,14 @@ def evaluate_model(
     backend = choose_backend(settings["backend"])
     k, max_gen = settings["samples"], settings["max_gen_toks"]
     t0 = time.time()
-    lm = make_lm(model, backend, batch_size=settings["batch_size"], max_gen_toks=max_gen, seed=settings["seed"])
+    lm = make_lm(
+        model,
+        backend,
+        batch_size=settings["batch_size"],
+        max_gen_toks=max_gen,
+        seed=settings["seed"],
+        template_kwargs=settings.get("template_kwargs"),
+    )
     tm = TaskManager(include_path=str(task_dir), include_defaults=False)
     missing = [b for b in benchmarks if task_name(b) not in tm.all_tasks]
     if missing:

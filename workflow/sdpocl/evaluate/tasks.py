@@ -18,6 +18,8 @@ from pathlib import Path
 
 import yaml
 
+from sdpocl.prompts import plain_text
+
 TASK_PREFIX = "sdpocl_"
 FILTER = "all_samples"
 
@@ -27,9 +29,18 @@ def task_name(benchmark: str) -> str:
 
 
 def doc_to_text(doc: dict) -> str:
-    """The prompt as trained on (a record's optional system text is prepended for plain LMs)."""
-    system = doc.get("system")
-    return f"{system}\n\n{doc['prompt']}" if system else doc["prompt"]
+    """The prompt as trained on without a chat template (a record's system text in front)."""
+    return plain_text(doc)
+
+
+def doc_to_user(doc: dict) -> str:
+    """The user turn of the prompt as trained on with the chat template (the system message is the
+    task's per-document description, which lm-eval puts in a system message)."""
+    return doc["prompt"]
+
+
+#: lm-eval's per-document description: the record's system message (none when it has none)
+SYSTEM_DESCRIPTION = "{{ (system if system is defined else '') or '' }}"
 
 
 def score_samples(doc: dict, responses: list[str]) -> list[float]:
@@ -54,9 +65,18 @@ def process_results(doc: dict, results: list) -> dict:
 
 
 def task_config(
-    benchmark: str, data_file: str | Path, *, repeats: int, temperature: float, top_p: float, max_gen_toks: int
+    benchmark: str,
+    data_file: str | Path,
+    *,
+    repeats: int,
+    temperature: float,
+    top_p: float,
+    max_gen_toks: int,
+    chat_template: bool = False,
 ) -> dict:
-    return {
+    """The task of one benchmark; with ``chat_template`` the prompt is the record's messages (see
+    :mod:`sdpocl.prompts`), to be rendered by ``simple_evaluate(apply_chat_template=True)``."""
+    cfg = {
         "task": task_name(benchmark),
         "dataset_path": "json",
         "dataset_kwargs": {"data_files": {"test": str(data_file)}},
@@ -77,6 +97,10 @@ def task_config(
         "metric_list": [{"metric": "acc", "aggregation": "mean", "higher_is_better": True}],
         "metadata": {"version": 1, "benchmark": benchmark},
     }
+    if chat_template:
+        cfg["doc_to_text"] = "!function sdpocl.evaluate.tasks.doc_to_user"
+        cfg["description"] = SYSTEM_DESCRIPTION
+    return cfg
 
 
 def write_task_yaml(out: Path, benchmark: str, data_file: str | Path, **gen) -> Path:

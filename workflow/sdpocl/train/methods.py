@@ -24,17 +24,23 @@ SDPO_COMMON = {
     "use_successful_as_teacher": True,
     "include_environment_feedback": False,
     "beta": 0.0,  # no KL term
+    "loss_type": "grpo",  # token-mean per sequence (the distillation loss is normalised so in TRL too)
     "reprompt_template": REPROMPT_TEMPLATE,
     "solution_template": SOLUTION_TEMPLATE,
 }
 
-#: Dr.GRPO flavour of GRPO (PAPER.md, "Question").
+#: GRPO as upstream (PAPER.md, "Question" and "Continual setting"): Dr.GRPO's advantage (reward minus
+#: the group mean, no std scaling), token-mean per sequence (TRL ``loss_type="grpo"``, not TRL's
+#: ``dr_grpo`` normaliser), clip 0.2 / 0.28, no KL; vLLM rollouts corrected token by token, cap 2.
 GRPO_COMMON = {
-    "loss_type": "dr_grpo",
-    "scale_rewards": "none",  # reward minus group mean, no std scaling
+    "loss_type": "grpo",
+    "scale_rewards": "none",
     "epsilon": 0.2,
     "epsilon_high": 0.28,
     "beta": 0.0,
+    "vllm_importance_sampling_correction": True,
+    "vllm_importance_sampling_mode": "token_truncate",
+    "vllm_importance_sampling_clip_max": 2.0,
 }
 
 

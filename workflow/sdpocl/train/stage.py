@@ -1,13 +1,16 @@
 """train-stage: one stage of one run, through TRL, with resume, checkpoints and a per-step log.
 
 Layout written for a stage directory ``<stage>/`` (declared outputs):
-  model/                 final weights (safetensors) + tokenizer
-  checkpoints/step-N/    intermediate weights every ``save_every`` steps (for drift and eval)
-  train_log.jsonl        one line per step: reward, loss, distilled-token fraction, length, \\boxed count
+  model/                 final weights (safetensors, sharded when large) + tokenizer
+  checkpoints/step-N/    weights every ``save_every`` rollout steps (for drift and eval), full models
+  train_log.jsonl        one line per rollout step: reward, loss, distilled-token fraction, length, \\boxed count
   summary.json           steps done, collapse status, reward in the first / last fifth, wall time
-  resolved_config.json   every trainer setting actually used
-Resume state (full trainer checkpoints) lives in ``state/`` outside the declared outputs, because
-Snakemake deletes declared outputs before a rerun; a checkpoint counts only once it is complete.
+  resolved_config.json   every trainer setting actually used, and the update structure
+Every step index written is a rollout step (:mod:`sdpocl.train.plan`). Resume state lives in the
+state directory, outside the declared outputs (Snakemake deletes those before a rerun):
+``resume-step-N/`` is the latest complete trainer checkpoint (optimizer, scheduler, RNG, EMA
+teacher; only the latest is kept) and ``weights/step-N/`` the model of every save, copied into
+``checkpoints/`` when the stage ends. A checkpoint counts only once it is complete.
 """
 
 from __future__ import annotations
@@ -22,51 +25,27 @@ from pathlib import Path
 
 from sdpocl.config import stable_json
 from sdpocl.io import read_jsonl, write_json, write_jsonl
+from sdpocl.prompts import training_prompt
+from sdpocl.train.plan import BatchPlan, batch_plan, trainer_kwargs
+from sdpocl.train.weights import copy_model, has_weights, load_tensors
+
+__all__ = [
+    "build_trainer",
+    "train_stage",
+    "trainer_kwargs",
+    "rollout_kwargs",
+    "summarize",
+    "step_log",
+    "last_complete_checkpoint",
+]
 
 COMPLETE = "COMPLETE"  # marker written last into a resume checkpoint
+RESUME = "resume-step-"  # full trainer state, named by rollout step
+WEIGHTS = "weights"  # weights/step-N: the model of every save
 
 
 def fingerprint(settings: dict, parent: str) -> str:
     return hashlib.sha256((stable_json(settings) + "|" + str(parent)).encode()).hexdigest()[:16]
-
-
-def trainer_kwargs(settings: dict, output_dir: str, use_cpu: bool) -> dict:
-    """Map a stage's settings onto TRL config fields (shared by GRPO and SDPO)."""
-    per_step = settings["prompts_per_step"] * settings["num_generations"]
-    world = int(os.environ.get("WORLD_SIZE", "1"))  # accelerate launch: one process per GPU
-    if per_step % world:
-        raise ValueError(f"{per_step} completions per step cannot be split over {world} GPUs")
-    return dict(
-        output_dir=output_dir,
-        max_steps=settings["steps"],
-        per_device_train_batch_size=per_step // world,  # the global batch stays prompts x samples
-        gradient_accumulation_steps=1,
-        num_generations=settings["num_generations"],
-        max_completion_length=settings["max_completion_length"],
-        temperature=settings["temperature"],
-        top_p=1.0,
-        top_k=0,
-        learning_rate=settings["lr"],
-        weight_decay=settings["weight_decay"],
-        max_grad_norm=settings["max_grad_norm"],
-        warmup_steps=settings["warmup_steps"],
-        lr_scheduler_type="constant_with_warmup",
-        optim="adamw_torch",
-        num_iterations=1,
-        save_strategy="steps",
-        save_steps=settings["save_every"],
-        save_only_model=False,
-        logging_steps=1,
-        report_to=[],
-        seed=settings["seed"],
-        data_seed=settings["seed"],
-        use_cpu=use_cpu,
-        bf16=not use_cpu,
-        gradient_checkpointing=False,
-        disable_tqdm=True,
-        dataloader_num_workers=0,
-        reward_weights=[1.0, 0.0],  # the second function only logs the \boxed count
-    )
 
 
 def rollout_kwargs(use_cpu: bool) -> dict:
@@ -92,11 +71,28 @@ def boxed_count(completions, **kwargs) -> list[float]:
     return [float(count(c)) for c in completions]
 
 
-def _callbacks(tag: str, patience: int, stop_on_collapse: bool):
-    """Progress printing with NaN / collapse stopping, and teacher-state saving for resume.
+def _full_state_dict(model) -> dict:
+    """A full (gathered, CPU) state dict, also of an FSDP-sharded model; tied tensors unshared."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+    state = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    return {k: v.detach().clone().contiguous() for k, v in state.items()}
+
+
+def _load_full_state_dict(model, state: dict) -> None:
+    """Load a full state dict into a (possibly FSDP-sharded) model; rank 0's copy is broadcast."""
+    import torch.distributed as dist
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+
+    distributed = dist.is_available() and dist.is_initialized()
+    options = StateDictOptions(full_state_dict=True, broadcast_from_rank0=distributed, strict=False)
+    set_model_state_dict(model, state, options=options)
+
+
+def _callbacks(tag: str, plan: BatchPlan, patience: int, stop_on_collapse: bool, state_dir: Path, tokenizer):
+    """Progress printing with NaN / collapse stopping, and the resume state of every save.
 
     The second callback's ``teacher`` is set once the trainer (and its EMA teacher) exists."""
-    from safetensors.torch import save_model
     from transformers import TrainerCallback
 
     class Progress(TrainerCallback):
@@ -111,38 +107,60 @@ def _callbacks(tag: str, patience: int, stop_on_collapse: bool):
             row = log_row(logs)
             reward = row.get("reward", float("nan"))
             loss = row.get("loss", float("nan"))
-            print(
-                f"[{tag}] step {state.global_step}/{state.max_steps} reward {reward:.3f} loss {loss:.4f} "
-                f"len {row.get('completion_length', float('nan')):.1f} ({now - self.t_last:.2f}s)",
-                flush=True,
-            )
+            step, total = plan.rollout_step(state.global_step), plan.rollout_step(state.max_steps)
+            if state.is_world_process_zero:
+                print(
+                    f"[{tag}] step {step}/{total} reward {reward:.3f} loss {loss:.4f} "
+                    f"len {row.get('completion_length', float('nan')):.1f} ({now - self.t_last:.2f}s)",
+                    flush=True,
+                )
             self.t_last = now
             if not math.isfinite(loss):
-                print(f"[{tag}] non-finite loss at step {state.global_step}: stopping this stage", flush=True)
+                print(f"[{tag}] non-finite loss at step {step}: stopping this stage", flush=True)
                 control.should_training_stop = True
             self.zero_run = self.zero_run + 1 if reward == 0 else 0
             if self.zero_run >= patience and stop_on_collapse:
                 control.should_training_stop = True
 
-    class TeacherState(TrainerCallback):
-        """Save the EMA teacher into each checkpoint, then mark the checkpoint complete."""
+    class ResumeState(TrainerCallback):
+        """After each save: keep the model as ``weights/step-N`` (a full, loadable model), save the EMA
+        teacher, rename the trainer checkpoint to ``resume-step-N``, mark it complete, drop older ones."""
 
         teacher = None
 
         def on_save(self, args, state, control, **kwargs):
+            from safetensors.torch import save_file
+
+            step = plan.rollout_step(state.global_step)
             ckpt = Path(args.output_dir) / f"checkpoint-{state.global_step}"
-            if self.teacher is not None:
-                save_model(self.teacher, str(ckpt / "teacher.safetensors"))  # handles tied embeddings
-            (ckpt / COMPLETE).write_text(str(state.global_step))
-            if os.environ.get("SDPOCL_KILL_AFTER_CHECKPOINT") == str(state.global_step):
+            teacher = _full_state_dict(self.teacher) if self.teacher is not None else None  # every rank gathers
+            if not state.is_world_process_zero:
+                return
+            if teacher is not None:
+                save_file(teacher, str(ckpt / "teacher.safetensors"))
+            weights, tmp = state_dir / WEIGHTS / f"step-{step}", state_dir / WEIGHTS / f"tmp-step-{step}"
+            shutil.rmtree(tmp, ignore_errors=True)
+            copy_model(ckpt, tmp)
+            tokenizer.save_pretrained(tmp)
+            shutil.rmtree(weights, ignore_errors=True)
+            os.replace(tmp, weights)
+            final = state_dir / f"{RESUME}{step}"
+            shutil.rmtree(final, ignore_errors=True)
+            os.replace(ckpt, final)
+            (final / COMPLETE).write_text(str(step))
+            for old in state_dir.glob(f"{RESUME}*"):
+                if old != final:
+                    shutil.rmtree(old, ignore_errors=True)
+            if os.environ.get("SDPOCL_KILL_AFTER_CHECKPOINT") == str(step):
                 os._exit(137)  # simulate a job killed right after a checkpoint (resume tests)
 
-    return Progress(), TeacherState()
+    return Progress(), ResumeState()
 
 
 def last_complete_checkpoint(state_dir: Path) -> Path | None:
-    ckpts = [p for p in state_dir.glob("checkpoint-*") if (p / COMPLETE).exists()]
-    return max(ckpts, key=lambda p: int(p.name.split("-")[1]), default=None)
+    """The newest complete ``resume-step-N`` of a state directory."""
+    ckpts = [p for p in state_dir.glob(f"{RESUME}*") if (p / COMPLETE).exists()]
+    return max(ckpts, key=lambda p: int(p.name[len(RESUME) :]), default=None)
 
 
 def summarize(log: list[dict], steps_planned: int, patience: int) -> dict:
@@ -198,9 +216,83 @@ def log_row(entry: dict) -> dict:
     return {dst: entry[src] for src, dst in LOG_KEYS.items() if src in entry}
 
 
-def step_log(log_history: list[dict]) -> list[dict]:
-    """Per-step rows (named for the paper's diagnostics) from the trainer's log history."""
-    return [{"step": e["step"], **log_row(e)} for e in log_history if "loss" in e and "step" in e]
+def step_log(log_history: list[dict], plan: BatchPlan | None = None) -> list[dict]:
+    """Per-rollout-step rows (named for the paper's diagnostics) from the trainer's log history."""
+    to_rollout = plan.rollout_step if plan is not None else (lambda step: step)
+    return [{"step": to_rollout(e["step"]), **log_row(e)} for e in log_history if "loss" in e and "step" in e]
+
+
+def load_prompts(data: str | Path, settings: dict, tokenizer) -> tuple[list[dict], int]:
+    """Training records with the prompt in the stage's format, those longer than
+    ``max_prompt_length`` tokens (as the trainer tokenizes them) left out; returns (records, dropped)."""
+    records = read_jsonl(data)
+    if not records:
+        raise ValueError(f"training data {data} is empty")
+    fmt = settings.get("prompt_format", {})
+    chat, kwargs = fmt.get("chat_template", False), fmt.get("template_kwargs", {})
+    prompts = [training_prompt(r, chat_template=chat) for r in records]
+    lengths = prompt_lengths(tokenizer, prompts, chat, kwargs)
+    keep = [i for i, n in enumerate(lengths) if n <= settings["max_prompt_length"]]
+    if not keep:
+        raise ValueError(f"every prompt of {data} is longer than max_prompt_length={settings['max_prompt_length']}")
+    return [{**records[i], "prompt": prompts[i]} for i in keep], len(records) - len(keep)
+
+
+def prompt_lengths(tokenizer, prompts: list, chat_template: bool, template_kwargs: dict) -> list[int]:
+    """Token counts of prompts as the trainers tokenize them (chat template with generation prompt)."""
+    if chat_template:
+        ids = tokenizer.apply_chat_template(
+            prompts, add_generation_prompt=True, tokenize=True, return_dict=True, **template_kwargs
+        )["input_ids"]
+    else:
+        ids = tokenizer(prompts)["input_ids"]
+    return [len(x) for x in ids]
+
+
+def demonstration_budget(settings: dict, tokenizer) -> int | None:
+    """Tokens a re-prompt's demonstration may take so that the re-prompt fits ``max_reprompt_length``:
+    the limit minus the longest allowed prompt and the re-prompt template's own tokens (None: no limit)."""
+    limit = settings.get("max_reprompt_length")
+    if limit is None:
+        return None
+    ms = settings["method_settings"]
+    frame = ms["reprompt_template"].format(
+        prompt="", solution=ms["solution_template"].format(successful_previous_attempt=""), feedback=""
+    )
+    overhead = len(tokenizer(frame, add_special_tokens=False)["input_ids"]) + 4  # + token-boundary slack
+    budget = limit - settings["max_prompt_length"] - overhead
+    if budget < 1:
+        raise ValueError(f"max_reprompt_length {limit} leaves no room for a demonstration")
+    return budget
+
+
+def build_trainer(settings: dict, parent, dataset, tokenizer, reward_funcs: list, output_dir, callbacks=()):
+    """The TRL trainer of a stage: its family's config from the stage settings (:mod:`sdpocl.train.plan`
+    and the method's settings) and its trainer class; ``output_dir`` receives TRL's checkpoints."""
+    import torch
+
+    from sdpocl.train.trainers import FAMILIES
+
+    use_cpu = not torch.cuda.is_available()
+    config_cls, trainer_cls = FAMILIES[settings["family"]]
+    kwargs = {**trainer_kwargs(settings, str(output_dir), use_cpu), **settings["method_settings"]}
+    kwargs["reward_weights"] = [1.0] + [0.0] * (len(reward_funcs) - 1)  # the first scores; the rest only log
+    kwargs["chat_template_kwargs"] = settings.get("prompt_format", {}).get("template_kwargs") or None
+    if settings["family"] == "sdpo":
+        kwargs["max_prompt_length"] = settings["max_prompt_length"]  # never cuts: longer prompts were left out
+        kwargs["demonstration_max_tokens"] = demonstration_budget(settings, tokenizer)
+        kwargs["max_reprompt_len"] = settings.get("max_reprompt_length") or (
+            settings["max_prompt_length"] + settings["max_completion_length"] + 64
+        )
+    kwargs.update(rollout_kwargs(use_cpu))
+    return trainer_cls(
+        model=str(parent),
+        reward_funcs=reward_funcs,
+        args=config_cls(**kwargs),
+        train_dataset=dataset,
+        processing_class=tokenizer,
+        callbacks=list(callbacks),
+    )
 
 
 def train_stage(
@@ -213,12 +305,11 @@ def train_stage(
 
     from sdpocl.rewards import make_code_reward, reward_for
     from sdpocl.train.methods import get_method
-    from sdpocl.train.trainers import FAMILIES
 
     torch.set_num_threads(threads)
     out_dir, state_dir, parent = Path(out_dir), Path(state_dir), Path(parent)
-    if not (parent / "config.json").exists():
-        raise FileNotFoundError(f"parent model {parent} has no config.json: its stage did not finish")
+    if not (parent / "config.json").exists() or not has_weights(parent):
+        raise FileNotFoundError(f"parent model {parent} has no config.json or weights: its stage did not finish")
     tag = f"{settings['run']['name']} {'/'.join(settings['chain'])}"
     t0 = time.time()
 
@@ -234,55 +325,51 @@ def train_stage(
         fp_file.write_text(fp)
     resume = last_complete_checkpoint(state_dir)
 
-    records = read_jsonl(data)
-    if not records:
-        raise ValueError(f"training data {data} is empty")
-    columns = {
-        "prompt": [r["prompt"] for r in records],
-        "answer": [r.get("answer", "") for r in records],
-        "tests": [json.dumps(r.get("tests", [])) for r in records],
-    }
-    dataset = Dataset.from_dict(columns)
-
-    use_cpu = not torch.cuda.is_available()
-    config_cls, trainer_cls = FAMILIES[settings["family"]]
-    method = get_method(settings["run"]["method"])
-    kwargs = {**trainer_kwargs(settings, str(state_dir), use_cpu), **settings["method_settings"]}
-    if settings["family"] == "sdpo":
-        kwargs["max_prompt_length"] = settings["max_prompt_length"]
-        kwargs["max_reprompt_len"] = settings["max_prompt_length"] * 2
-    kwargs["model_init_kwargs"] = {"dtype": "float32" if use_cpu else "bfloat16"}
-    kwargs.update(rollout_kwargs(use_cpu))
-    args = config_cls(**kwargs)
-
     tokenizer = AutoTokenizer.from_pretrained(parent)
+    records, dropped = load_prompts(data, settings, tokenizer)
+    if dropped:
+        print(
+            f"[{tag}] {dropped} of {dropped + len(records)} prompts longer than "
+            f"{settings['max_prompt_length']} tokens left out",
+            flush=True,
+        )
+    dataset = Dataset.from_dict(
+        {
+            "prompt": [r["prompt"] for r in records],
+            "answer": [r.get("answer", "") for r in records],
+            "tests": [json.dumps(r.get("tests", [])) for r in records],
+        }
+    )
+
+    plan = batch_plan(settings)
     if settings["domain"] == "code":
         reward = make_code_reward(timeout_s=settings["code_timeout_s"])
     else:
         reward = reward_for(settings["domain"])
-    progress, teacher_state = _callbacks(tag, settings["collapse_patience"], settings["stop_on_collapse"])
-    trainer = trainer_cls(
-        model=str(parent),
-        reward_funcs=[reward, boxed_count],
-        args=args,
-        train_dataset=dataset,
-        processing_class=tokenizer,
-        callbacks=[progress, teacher_state],
+    progress, resume_state = _callbacks(
+        tag, plan, settings["collapse_patience"], settings["stop_on_collapse"], state_dir, tokenizer
     )
+    trainer = build_trainer(
+        settings, parent, dataset, tokenizer, [reward, boxed_count], state_dir, callbacks=[progress, resume_state]
+    )
+    args, trainer_cls = trainer.args, type(trainer)
+    method = get_method(settings["run"]["method"])
     trainer.remove_callback(PrinterCallback)  # Progress prints one readable line per step instead
     if settings["method_settings"].get("teacher_model_kind") == "ema":
         # An EMA / restart-and-freeze teacher is state of its own: it is checkpointed and restored.
         # (A frozen teacher is rebuilt from the parent, which is what it is.)
-        teacher_state.teacher = trainer.teacher_model
+        resume_state.teacher = trainer.teacher_model
     if resume is not None:
         print(f"[{tag}] resuming from {resume.name}", flush=True)
-        if teacher_state.teacher is not None:
-            from safetensors.torch import load_model
+        if resume_state.teacher is not None:
+            from safetensors.torch import load_file
 
-            load_model(teacher_state.teacher, str(resume / "teacher.safetensors"))
+            _load_full_state_dict(resume_state.teacher, load_file(str(resume / "teacher.safetensors")))
     print(
-        f"[{tag}] {method.name} ({settings['family']}): {settings['steps']} steps x "
-        f"{settings['prompts_per_step']} prompts x {settings['num_generations']} samples",
+        f"[{tag}] {method.name} ({settings['family']}): {settings['steps']} rollout steps x "
+        f"{settings['prompts_per_step']} prompts x {settings['num_generations']} samples; {plan.optimizer_steps} "
+        f"optimizer step(s) per rollout step, micro-batch {plan.micro_batch} x {plan.grad_accum} accumulated "
+        f"x {plan.world} process(es)",
         flush=True,
     )
     diverged = None
@@ -293,46 +380,45 @@ def train_stage(
         # that is a collapse of this stage, not a crash of the grid.
         if all(torch.isfinite(p).all() for p in trainer.model.parameters()):
             raise
-        diverged = f"non-finite weights at step {trainer.state.global_step + 1}: {str(exc).splitlines()[0]}"
+        step = plan.rollout_step(trainer.state.global_step) + 1
+        diverged = f"non-finite weights at step {step}: {str(exc).splitlines()[0]}"
         print(f"[{tag}] {diverged}: stopping this stage", flush=True)
 
-    # --- declared outputs (rank 0 only in a multi-GPU job) ---
+    # --- declared outputs; under several processes every rank takes part in gathering weights ---
     trainer.accelerator.wait_for_everyone()
-    if not trainer.accelerator.is_main_process:
-        return {}
-    out_dir.mkdir(parents=True, exist_ok=True)
-    model = trainer.model
-    finite = all(torch.isfinite(p).all() for p in model.parameters())
+    nonfinite = sum(int(not torch.isfinite(p).all()) for p in trainer.model.parameters())
+    finite = int(trainer.accelerator.reduce(torch.tensor(nonfinite, device=trainer.accelerator.device), "sum")) == 0
     model_from = "final"
     if not finite:
         # A diverged stage hands on its last finite weights (else its parent's), so that the
         # rest of the chain can still run; the stage is recorded as collapsed either way.
-        model_from = _restore_last_finite(model, state_dir, parent)
+        model_from, weights = _last_finite_weights(state_dir, parent)
+        _load_full_state_dict(trainer.model, weights)
         print(f"[{tag}] non-finite weights: handing on weights from {model_from}", flush=True)
-    model.save_pretrained(out_dir / "model", safe_serialization=True)
+    trainer.save_model(str(out_dir / "model"))  # full weights also from a sharded (FSDP) model
+    if not trainer.accelerator.is_main_process:
+        return {}
     tokenizer.save_pretrained(out_dir / "model")
     ckpt_root = out_dir / "checkpoints"
-    for ckpt in sorted(state_dir.glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1])):
-        if not (ckpt / COMPLETE).exists():
-            continue
-        dst = ckpt_root / f"step-{ckpt.name.split('-')[1]}"
-        dst.mkdir(parents=True, exist_ok=True)
-        for name in ("model.safetensors", "config.json", "generation_config.json"):
-            if (ckpt / name).exists():
-                shutil.copy2(ckpt / name, dst / name)
-        tokenizer.save_pretrained(dst)
-    ckpt_root.mkdir(exist_ok=True)
+    ckpt_root.mkdir(parents=True, exist_ok=True)
+    for weights in sorted((state_dir / WEIGHTS).glob("step-*"), key=lambda p: int(p.name[5:])):
+        if not weights.name[5:].isdigit():
+            continue  # an unfinished copy
+        shutil.rmtree(ckpt_root / weights.name, ignore_errors=True)
+        shutil.copytree(weights, ckpt_root / weights.name)
 
-    log = step_log(trainer.state.log_history)
+    log = step_log(trainer.state.log_history, plan)
     write_jsonl(out_dir / "train_log.jsonl", log)
     summary = summarize(log, settings["steps"], settings["collapse_patience"])
     if diverged and not summary["collapsed"]:
-        summary.update(collapsed=True, collapse_step=trainer.state.global_step + 1, collapse_reason=diverged)
+        step = plan.rollout_step(trainer.state.global_step) + 1
+        summary.update(collapsed=True, collapse_step=step, collapse_reason=diverged)
     summary.update(
         finite_weights=bool(finite),
         model_from=model_from,
         seconds=round(time.time() - t0, 2),
-        resumed_from=resume.name if resume else None,
+        resumed_from=resume.name[len("resume-") :] if resume else None,
+        prompts_dropped=dropped,
         seconds_per_step=round(trainer.state.log_history[-1].get("train_runtime", 0.0) / max(1, len(log)), 4),
     )
     write_json(out_dir / "summary.json", summary)
@@ -343,6 +429,17 @@ def train_stage(
         "stage_settings": settings,
         "parent_model": str(parent),
         "train_data": str(data),
+        "update_structure": {
+            "rollout_steps": settings["steps"],
+            "completions_per_rollout_step": plan.completions,
+            "optimizer_steps_per_rollout_step": plan.optimizer_steps,
+            "micro_batch_per_process": plan.micro_batch,
+            "gradient_accumulation": plan.grad_accum,
+            "processes": plan.world,
+            "lr_schedule": f"linear warm-up over {settings['warmup_steps']} rollout steps, then constant",
+            "precision": "bf16 autocast, fp32 master weights" if args.bf16 else "fp32",
+        },
+        "rollout_importance_sampling": _rollout_is(settings["family"], args),
         "trainer_config": json.loads(args.to_json_string()),
         "versions": _versions(),
     }
@@ -353,28 +450,36 @@ def train_stage(
             flush=True,
         )
     first, last = summary.get("reward_first_fifth", float("nan")), summary.get("reward_last_fifth", float("nan"))
-    print(
-        f"[{tag}] done in {summary['seconds']}s; reward first/last fifth {first:.3f} -> {last:.3f}",
-        flush=True,
-    )
+    print(f"[{tag}] done in {summary['seconds']}s; reward first/last fifth {first:.3f} -> {last:.3f}", flush=True)
     shutil.rmtree(state_dir, ignore_errors=True)  # resume state is no longer needed
     return summary
 
 
-def _restore_last_finite(model, state_dir: Path, parent: Path) -> str:
-    """Load the newest complete checkpoint whose weights are all finite (else the parent) into ``model``."""
-    import torch
-    from safetensors.torch import load_model
+def _rollout_is(family: str, args) -> str:
+    """What corrects vLLM rollouts for the trainer's log-probs (only relevant with vLLM)."""
+    if not getattr(args, "use_vllm", False):
+        return "not needed: rollouts come from the trained model itself (transformers generate)"
+    if family == "grpo":
+        return (
+            f"TRL vLLM importance sampling, {args.vllm_importance_sampling_mode}, "
+            f"cap {args.vllm_importance_sampling_clip_max}"
+        )
+    return "ABSENT: TRL's SDPOTrainer discards the vLLM log-probs, so SDPO has no rollout IS correction"
 
-    ckpts = sorted(
-        (p for p in state_dir.glob("checkpoint-*") if (p / COMPLETE).exists()),
-        key=lambda p: int(p.name.split("-")[1]),
+
+def _last_finite_weights(state_dir: Path, parent: Path) -> tuple[str, dict]:
+    """The newest saved weights of this stage that are all finite, else the parent's."""
+    import torch
+
+    saved = sorted(
+        (p for p in (state_dir / WEIGHTS).glob("step-*") if p.name[5:].isdigit()),
+        key=lambda p: int(p.name[5:]),
         reverse=True,
     )
-    for source in [*ckpts, parent]:
-        load_model(model, str(source / "model.safetensors"), strict=False)
-        if all(torch.isfinite(p).all() for p in model.parameters()):
-            return source.name if source != parent else "parent"
+    for source in [*saved, parent]:
+        state = load_tensors(source)
+        if all(bool(torch.isfinite(t).all()) for t in state.values() if t.is_floating_point()):
+            return (source.name if source != parent else "parent"), state
     raise RuntimeError(f"no finite weights found for this stage, not even in its parent {parent}")
 
 
