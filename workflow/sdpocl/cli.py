@@ -16,12 +16,17 @@ from sdpocl.io import write_csv, write_json, write_jsonl
 
 
 def _paper_records(sources: list[str], split: str, a) -> list[dict]:
+    """Records of paper sources; ``--sources`` maps a source to local files (all splits) or to
+    ``{split: files}`` (a source whose splits are separate files, e.g. ToolAlpaca)."""
     from sdpocl.data.loaders import load_records
 
     files = json.loads(a.sources) if a.sources else {}
     records = []
     for name in sources:
-        records += load_records(name, split, seed=a.seed, n=a.n, data_files=files.get(name))
+        local = files.get(name)
+        if isinstance(local, dict):
+            local = local.get(split)
+        records += load_records(name, split, seed=a.seed, n=a.n, data_files=local)
     return records
 
 
@@ -54,14 +59,10 @@ def cmd_fetch_base(a) -> None:
 
 
 def cmd_build_standin(a) -> None:
-    from sdpocl.io import read_jsonl
     from sdpocl.train.paper_base import build_standin
 
-    texts = []
-    for path in a.corpus:
-        for rec in read_jsonl(path):
-            texts += [str(rec.get(key) or "") for key in ("system", "prompt", "answer", "solution")]
-    out = build_standin(a.out, [t for t in texts if t], vocab_size=a.vocab_size)
+    texts = [line for path in a.corpus for line in Path(path).read_text(encoding="utf-8").splitlines() if line]
+    out = build_standin(a.out, texts, vocab_size=a.vocab_size)
     print(f"[build-standin] {out}")
 
 
@@ -324,7 +325,7 @@ COMMANDS = [
         cmd_build_standin,
         [
             _arg("--out", required=True, help="model directory"),
-            _arg("--corpus", nargs="+", required=True, help="JSONL records whose text trains the tokenizer"),
+            _arg("--corpus", nargs="+", required=True, help="text files (any format) whose lines train the tokenizer"),
             _arg("--vocab-size", type=int, default=1024),
         ],
     ),
