@@ -194,9 +194,11 @@ def _stage_settings_from_config(a) -> dict:
 
 def _relaunch_on_gpus(argv: list[str]) -> int | None:
     """A job that sees several GPUs (Slurm exports its allocation) re-runs itself under
-    ``accelerate launch`` with one process per GPU; returns its exit code, or None for 1 GPU / CPU."""
+    ``accelerate launch`` with one FSDP process per GPU (:mod:`sdpocl.train.launch`); returns its
+    exit code, or None for 1 GPU / CPU."""
     import os
     import subprocess
+    import tempfile
 
     if "LOCAL_RANK" in os.environ:
         return None
@@ -205,18 +207,10 @@ def _relaunch_on_gpus(argv: list[str]) -> int | None:
     n = torch.cuda.device_count()
     if n <= 1:
         return None
-    cmd = [
-        sys.executable,
-        "-m",
-        "accelerate.commands.launch",
-        "--num_processes",
-        str(n),
-        "--mixed_precision",
-        "bf16",
-        "-m",
-        "sdpocl.cli",
-        *argv,
-    ]
+    from sdpocl.train.launch import launch_command, write_launch_config
+
+    config = write_launch_config(Path(tempfile.mkdtemp(prefix="sdpocl-fsdp-")) / "accelerate_fsdp.yaml")
+    cmd = launch_command(n, argv, config)
     print(f"[train-stage] {n} GPUs visible: {' '.join(cmd)}", flush=True)
     return subprocess.call(cmd)
 

@@ -327,6 +327,11 @@ def train_stage(
 
     tokenizer = AutoTokenizer.from_pretrained(parent)
     records, dropped = load_prompts(data, settings, tokenizer)
+    if len(records) < settings["prompts_per_step"]:
+        raise ValueError(
+            f"training data {data} has {len(records)} usable prompts, fewer than the "
+            f"{settings['prompts_per_step']} prompts of one rollout step (train.prompts_per_step)"
+        )
     if dropped:
         print(
             f"[{tag}] {dropped} of {dropped + len(records)} prompts longer than "
