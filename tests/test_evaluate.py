@@ -14,7 +14,7 @@ from workflow_utils import BIN
 from sdpocl.data.benchmarks import BENCHMARKS, OOD_GENERATORS, generate_ood
 from sdpocl.evaluate.aggregate import eval_table, relative_performance, teacher_stability
 from sdpocl.evaluate.artifacts import artifact_metrics, ngram_repeat_rate
-from sdpocl.evaluate.run import check_model_dir, summarize
+from sdpocl.evaluate.run import check_model_dir, sample_records, summarize
 from sdpocl.evaluate.tasks import process_results, task_name, write_task_yaml
 from sdpocl.plot.tables import EVAL_COLUMNS
 from sdpocl.rewards import reward_for
@@ -121,6 +121,42 @@ def test_summarize_acc_and_stderr_over_prompts():
     assert out["acc"] == pytest.approx(0.5)
     assert out["stderr"] == pytest.approx(math.sqrt(((0.5**2) * 2 + 0) / 2 / 3))
     assert out["n_prompts"] == 3 and out["n_samples"] == 4
+
+
+def test_summarize_per_category_acc_is_the_unweighted_category_mean():
+    """BFCL: Acc@k = mean of the category Acc@k; the prompt mean (lm-eval's) is acc_micro."""
+
+    def rec(category, scores):
+        out = {"responses": ["a"] * 2, "scores": scores, "n_tokens": [3] * 2, "truncated": [False] * 2}
+        return {**out, "category": category} if category else out
+
+    recs = [rec("simple_python", s) for s in ([1, 1], [1, 1], [1, 0], [0, 0])] + [
+        rec("irrelevance", s) for s in ([0, 0], [0, 1])
+    ]
+    out = summarize(recs)
+    assert out["categories"]["simple_python"]["acc"] == pytest.approx(0.625)
+    assert out["categories"]["irrelevance"]["acc"] == pytest.approx(0.25)
+    assert {c: v["n_prompts"] for c, v in out["categories"].items()} == {"simple_python": 4, "irrelevance": 2}
+    assert out["acc"] == pytest.approx((0.625 + 0.25) / 2)
+    assert out["acc_micro"] == pytest.approx(3 / 6) and out["n_prompts"] == 6 and out["n_samples"] == 2
+    se_simple = math.sqrt(((0.375**2) * 2 + 0.125**2 + 0.625**2) / 3 / 4)
+    se_irr = math.sqrt((0.25**2 * 2) / 1 / 2)
+    assert out["categories"]["simple_python"]["stderr"] == pytest.approx(se_simple)
+    assert out["stderr"] == pytest.approx(math.sqrt(se_simple**2 + se_irr**2) / 2)
+    assert out["stderr_micro"] == pytest.approx(summarize([{**r, "category": None} for r in recs])["stderr"])
+    plain = summarize([{k: v for k, v in r.items() if k != "category"} for r in recs])
+    assert plain["acc"] == pytest.approx(3 / 6) and "categories" not in plain and "acc_micro" not in plain
+
+
+def test_sample_records_carry_the_category():
+    docs = [
+        {"prompt": "p", "answer": "5", "tests": [], "domain": "math", "category": "simple_python"},
+        {"prompt": "q", "answer": "5", "tests": [], "domain": "math"},
+    ]
+    samples = [{"doc_id": i, "doc": d, "filtered_resps": [[RIGHT, WRONG]]} for i, d in enumerate(docs)]
+    recs = sample_records("b", samples, count_tokens=len, max_gen_toks=1000)
+    assert recs[0]["category"] == "simple_python" and "category" not in recs[1]
+    assert recs[0]["scores"] == [1.0, 0.0]
 
 
 def test_artifact_metrics_on_hand_written_responses():
@@ -287,3 +323,62 @@ def test_bad_checkpoint_path_is_a_clear_error_and_keeps_earlier_results(tmp_path
     assert proc.returncode == 2
     assert "checkpoint not found" in proc.stderr and str(tmp_path / "nope") in proc.stderr
     assert (out / "scores.json").read_text() == "earlier"
+
+
+def test_evaluate_reports_bfcl_category_mean_and_checks_lm_eval_against_the_prompt_mean(tmp_path, monkeypatch):
+    """Through lm-eval with a fake model on the BFCL fixture: scores.json's acc is the mean of the
+    category Acc@k, while lm-eval's own acc (a mean over prompts) is checked against acc_micro."""
+    from pathlib import Path
+
+    from lm_eval.api.model import LM
+
+    from sdpocl.data.loaders import load_records
+    from sdpocl.evaluate import run
+
+    fixture = Path(__file__).resolve().parent / "fixtures" / "paper" / "bfcl_v4.jsonl"
+    recs = load_records("bfcl_v4", "test", data_files=str(fixture))
+    data = tmp_path / "bfcl.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    write_task_yaml(
+        tmp_path / "tasks" / "bfcl_v4.yaml", "bfcl_v4", data, repeats=4, temperature=0.6, top_p=0.95, max_gen_toks=8
+    )
+
+    class Fake(LM):  # the reference first, then an answer without a call
+        def __init__(self):
+            super().__init__()
+            self.seen: dict[str, int] = {}
+
+        def generate_until(self, requests, disable_tqdm=False):
+            out = []
+            for req in requests:
+                ctx = req.args[0]
+                rec = next(r for r in recs if r["prompt"] in ctx)
+                out.append(rec["solution"] if self.seen.get(ctx, 0) == 0 else "I cannot help.")
+                self.seen[ctx] = self.seen.get(ctx, 0) + 1
+            return out
+
+        def loglikelihood(self, requests, disable_tqdm=False):  # pragma: no cover - unused
+            raise NotImplementedError
+
+        def loglikelihood_rolling(self, requests, disable_tqdm=False):  # pragma: no cover - unused
+            raise NotImplementedError
+
+    monkeypatch.setattr(run, "make_lm", lambda *a, **k: Fake())
+    monkeypatch.setattr(run, "_token_counter", lambda model: len)
+    settings = dict(backend="hf", samples=4, max_gen_toks=8, batch_size=1, seed=0, n_prompts=None)
+    doc = run.evaluate_model(
+        "fake", tmp_path / "tasks", ["bfcl_v4"], tmp_path / "eval", settings=settings, hub_model=True
+    )
+    s = doc["benchmarks"]["bfcl_v4"]
+    # per prompt: 1/4 where the reference scores (0 on the row BFCL rejects every answer of), 1 on irrelevance
+    assert s["categories"] == {
+        "irrelevance": {"acc": 1.0, "stderr": pytest.approx(float("nan"), nan_ok=True), "n_prompts": 1},
+        "live_multiple": {"acc": 0.25, "stderr": 0.0, "n_prompts": 2},
+        "live_simple": {"acc": 0.0, "stderr": pytest.approx(float("nan"), nan_ok=True), "n_prompts": 1},
+        "parallel": {"acc": 0.25, "stderr": 0.0, "n_prompts": 2},
+        "simple_python": {"acc": 0.25, "stderr": 0.0, "n_prompts": 3},
+    }
+    assert s["acc"] == pytest.approx((1 + 0.25 * 3) / 5) and s["acc_micro"] == pytest.approx((1 + 0.25 * 7) / 9)
+    assert json.loads((tmp_path / "eval" / "scores.json").read_text())["benchmarks"]["bfcl_v4"]["acc"] == s["acc"]
+    logged = [json.loads(line) for line in (tmp_path / "eval" / "samples" / "bfcl_v4.jsonl").read_text().splitlines()]
+    assert sorted(r["category"] for r in logged) == sorted(r["category"] for r in recs)

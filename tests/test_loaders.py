@@ -8,7 +8,7 @@ import pytest
 
 from sdpocl.data import loaders
 from sdpocl.data.loaders import SOURCES, load_records, prepare_paper_dataset
-from sdpocl.rewards import REWARD_FUNCS, code_reward, reward_for
+from sdpocl.rewards import REWARD_FUNCS, bfcl, code_reward, parse_tool_call_list, reward_for
 
 FIX = Path(__file__).resolve().parent / "fixtures" / "paper"
 SCHEMA = ("prompt", "answer", "tests", "domain", "dataset", "solution")
@@ -30,7 +30,11 @@ CASES = [
     ("gpqa_diamond", "test", "gpqa_diamond.jsonl", 4),
     ("mmlu_redux", "test", "mmlu_redux.jsonl", 3),  # one wrong_groundtruth row dropped
     ("zebralogic", "test", "zebralogic.jsonl", 3),
-    ("bfcl_v4", "test", "bfcl_v4.jsonl", 4),  # the parallel entry dropped
+    # 10 rows: simple, multiple, parallel (2), a literal dict below a dict parameter, an empty
+    # possible-answer list (kept: BFCL scores it 0), irrelevance; one expects a function that is not
+    # offered (skipped and counted). parallel_178, live_multiple_121-46-0, live_simple_112-68-0 and
+    # irrelevance_0 are copied from the bfcl-eval 2026.3.23 wheel (Apache-2.0), the rest hand-written.
+    ("bfcl_v4", "test", "bfcl_v4.jsonl", 9),
 ]
 
 
@@ -55,7 +59,8 @@ def test_converts_fixture_to_common_schema(prepared, name, split, fixture, expec
     count, records = prepared[name, split]
     assert count == len(records) == expected
     for rec in records:
-        assert set(SCHEMA) <= set(rec) <= set(SCHEMA) | {"system"}
+        assert set(SCHEMA) <= set(rec) <= set(SCHEMA) | {"system", "category"}
+        assert ("category" in rec) == (name == "bfcl_v4")  # BFCL's test category, for the per-category Acc
         assert all(isinstance(rec[k], str) for k in ("prompt", "answer", "domain", "dataset", "solution"))
         assert isinstance(rec["tests"], list) and all(isinstance(t, str) for t in rec["tests"])
         assert rec["domain"] == SOURCES[name].domain and rec["dataset"] == name
@@ -78,7 +83,9 @@ def test_registry_is_complete_and_consistent():
 
 @pytest.mark.parametrize("name,split", [(n, s) for n, s, _, _ in CASES if SOURCES[n].domain != "code"])
 def test_reference_answers_score_one(prepared, name, split):
-    """The reference, formatted as a model would answer, gets reward 1.0 from the domain's reward."""
+    """The reference, formatted as a model would answer, gets reward 1.0 from the domain's reward
+    (BFCL: except on the row whose every answer BFCL's checker rejects, which scores 0 whatever is
+    answered); an answer without the reference scores 0 (BFCL irrelevance: a call scores 0)."""
     _, records = prepared[name, split]
     domain = SOURCES[name].domain
     for rec in records:
@@ -88,9 +95,19 @@ def test_reference_answers_score_one(prepared, name, split):
                 f"<reasoning>\nThe options compare as follows.\n</reasoning>\n<answer>\n{rec['answer']}\n</answer>"
             ),
             "tooluse": f"Thought: I should call the tool.\n{rec['solution']}",
+            "bfcl": f"Thought: I should call the tool.\n{rec['solution']}",
         }[domain]
+        wrong = "I do not know."
+        if domain == "bfcl" and rec["category"] == "irrelevance":
+            wrong = f"Action: {json.loads(rec['answer'])['functions'][0]['name']}\nAction Input: {{}}"
+        if domain == "bfcl" and not rec["solution"]:
+            assert rec["prompt"].endswith("classify it appropriately?")  # live_simple_112-68-0: [] for required ones
+            ref = json.loads(rec["answer"])
+            tries = [bfcl.react_text(bfcl.reference_calls(ref, c)) for c in bfcl.CHOICES]
+            assert reward_for(domain)(tries, answer=[rec["answer"]] * 3) == [0.0] * 3
+            continue
         assert reward_for(domain)([wrapped, rec["solution"]], answer=[rec["answer"]] * 2) == [1.0, 1.0], rec
-        assert reward_for(domain)(["I do not know."], answer=[rec["answer"]]) == [0.0]
+        assert reward_for(domain)([wrong], answer=[rec["answer"]]) == [0.0]
 
 
 def test_math_prompt_format(prepared):
@@ -156,10 +173,16 @@ def test_tooluse_prompt_never_leaks_the_reference(prepared):
             assert prompt.startswith("Your task is to answer the user's question using available tools.")
             assert "\nThought: you should always think about what to do\nAction: " in prompt
             assert "\n\nBegin!\nQuestion: " in prompt
-            assert rec["answer"] not in prompt and rec["solution"] not in prompt
+            assert rec["answer"] not in prompt and (rec["solution"] not in prompt or not rec["solution"])
             assert "Action Input: {" not in prompt
             ref = json.loads(rec["answer"])
-            assert set(ref) == {"actions", "input"} and ref["actions"]
+            if key[0] == "bfcl_v4":  # BFCL's possible answers and the documents of every offered function
+                assert set(ref) == {"category", "functions", "ground_truth"} and ref["category"] == rec["category"]
+                assert all(f"{fn['name']}: " in prompt for fn in ref["functions"])
+                assert loaders.BFCL_NOTE in prompt  # several calls, or none, are answers too
+                assert (ref["ground_truth"] is None) == (rec["category"] == "irrelevance")
+            else:
+                assert set(ref) == {"actions", "input"} and ref["actions"]
 
 
 def test_toolalpaca_references():
@@ -176,25 +199,188 @@ def test_toolalpaca_references():
     assert reward_for("tooluse")([test[2]["solution"]], answer=[test[2]["answer"]]) == [1.0]
 
 
-def test_bfcl_reference_takes_first_listed_values():
-    recs = {
-        r["prompt"].rsplit("Question: ", 1)[1]: json.loads(r["answer"])
+def _bfcl_records() -> dict[str, dict]:
+    """The fixture's BFCL records by their question."""
+    return {
+        r["prompt"].rsplit("Question: ", 1)[1]: r
         for r in load_records("bfcl_v4", "test", data_files=str(FIX / "bfcl_v4.jsonl"))
     }
 
-    def ref(start: str) -> dict:
+
+def test_bfcl_records_keep_possible_answers_and_reference_takes_first_listed_values():
+    recs = _bfcl_records()
+    answers = {json.loads(line)["id"]: json.loads(line)["ground_truth"] for line in _answer_lines()}
+
+    def rec(start: str) -> dict:
         return next(v for k, v in recs.items() if k.startswith(start))
 
-    assert ref("Calculate the derivative")["input"] == {"function": "3x**2 + 2x - 1"}  # "" first: omitted
-    assert ref("Fetch records")["input"] == {
-        "database_name": "StudentDB",
-        "table_name": "students",
-        "conditions": {"department": "Science", "school": "Bluebird High School"},
+    def calls(r: dict) -> list:
+        return parse_tool_call_list(r["solution"])
+
+    derivative, fetch = rec("Calculate the derivative"), rec("Fetch records")
+    taxi = rec("System: You are a helpful travel assistant.\nUser: Book me a taxi")
+    # the reference: the first listed value of every parameter, "" first = optional, omitted
+    assert calls(derivative) == [("calculate_derivative", {"function": "3x**2 + 2x - 1"})]
+    assert calls(fetch) == [
+        (
+            "db_fetch_records",
+            {
+                "database_name": "StudentDB",
+                "table_name": "students",
+                "conditions": {"department": "Science", "school": "Bluebird High School"},
+            },
+        )
+    ]
+    assert calls(taxi) == [("taxi.book", {"pickup": "Marriott Berlin", "dropoff": "Tegel", "class": "comfort"})]
+    # the answer keeps BFCL's possible answers verbatim, the category and the offered functions
+    for r, row_id in ((derivative, "simple_python_14"), (fetch, "simple_python_89"), (taxi, "live_multiple_3-2-0")):
+        ref = json.loads(r["answer"])
+        assert ref["ground_truth"] == answers[row_id] and ref["category"] == r["category"] == row_id.rsplit("_", 1)[0]
+    assert [f["name"] for f in json.loads(taxi["answer"])["functions"]] == ["taxi.book", "hotel.search"]
+    assert {r["category"] for r in recs.values()} == {
+        "simple_python",
+        "live_multiple",
+        "parallel",
+        "live_simple",
+        "irrelevance",
     }
-    taxi = ref("System: You are a helpful travel assistant.\nUser: Book me a taxi")
-    assert taxi == {
-        "actions": ["taxi.book"],
-        "input": {"pickup": "Marriott Berlin", "dropoff": "Tegel", "class": "comfort"},
+
+
+def _answer_lines() -> list[str]:
+    return (FIX / "possible_answer" / "bfcl_v4.jsonl").read_text().splitlines()
+
+
+def test_bfcl_any_listed_value_scores_one_as_bfcl_checker_does():
+    """The old exact-match reference accepted only the first listed values: every listed value
+    (BFCL's string standardisation and type rules included) now scores as BFCL's checker scores it."""
+    recs = _bfcl_records()
+
+    def score(start: str, *calls: tuple[str, dict]) -> float:
+        r = next(v for k, v in recs.items() if k.startswith(start))
+        text = "Thought: call it.\n" + bfcl.react_text(calls)
+        return reward_for("bfcl")([text], answer=[r["answer"]])[0]
+
+    taxi = "System: You are a helpful travel assistant.\nUser: Book me a taxi"
+    assert score(taxi, ("taxi.book", {"pickup": "Marriott, Berlin", "dropoff": "Tegel Airport", "class": "comfort"}))
+    assert score(taxi, ("taxi.book", {"pickup": "marriott berlin", "dropoff": "TEGEL", "class": "Comfort"}))
+    assert not score(taxi, ("taxi.book", {"pickup": "Marriott Berlin", "dropoff": "Tegel"}))  # listed without ""
+    assert not score(taxi, ("taxi.book", {"pickup": "Hilton Berlin", "dropoff": "Tegel", "class": "comfort"}))
+    assert not score(taxi, ("hotel.search", {"city": "Berlin"}))
+    derivative = "Calculate the derivative"
+    assert score(derivative, ("calculate_derivative", {"function": "lambda x: 3x**2 + 2x - 1", "x_value": 0}))
+    assert score(derivative, ("calculate_derivative", {"function": "3x**2+2x-1", "x_value": 0.0}))  # int or float
+    assert not score(derivative, ("calculate_derivative", {"x_value": 0.0}))  # required one missing
+    assert not score(derivative, ("calculate_derivative", {"function": "3x**2 + 2x - 1", "x": 1}))  # unexpected
+    fetch = "Fetch records"
+    full = {"database_name": "StudentDB", "table_name": "students", "fetch_limit": 0}
+    assert score(
+        fetch, ("db_fetch_records", {**full, "conditions": {"department": "Science", "school": "Bluebird HS"}})
+    )
+    assert not score(fetch, ("db_fetch_records", {**full, "conditions": {"department": "Science"}}))
+    triangle = "Find the area of a triangle"
+    assert score(triangle, ("calculate_triangle_area", {"base": 10, "height": 5}))
+    assert score(triangle, ("calculate_triangle_area", {"base": 10, "height": 5, "unit": "units"}))
+    assert not score(triangle, ("calculate_triangle_area", {"base": 10.0, "height": 5}))  # a float is no integer
+    one = ("calculate_triangle_area", {"base": 10, "height": 5})
+    assert not score(triangle, one, one)  # an extra call
+    # a literal dict below a dict parameter's possible-answer map is a plain value (it aborted the
+    # old loader); 50 == 50.0 as in Python
+    headway = "Could you determine the distance to the closest leading object"
+    ego = {"position": {"lateral": 10.5, "longitudinal": 50.0}, "orientation": 30}
+    lane = {"lane_id": "L123", "lane_type": "regular"}
+    box = [{"x": 60.2, "y": 12.3}]
+    assert score(headway, ("get_headway", {"ego_info": ego, "lane_info": lane, "bounding_boxes": box}))
+    moved = {**ego, "position": {"lateral": 10.5, "longitudinal": 51}}
+    assert not score(headway, ("get_headway", {"ego_info": moved, "lane_info": lane, "bounding_boxes": box}))
+    # parallel calls in any order
+    spotify = "Play songs from the artists"
+    a, b = (
+        ("spotify.play", {"artist": "Taylor Swift", "duration": 20}),
+        ("spotify.play", {"artist": "Maroon 5", "duration": 15}),
+    )
+    assert score(spotify, a, b) and score(spotify, b, a)
+    assert not score(spotify, a) and not score(spotify, a, b, b) and not score(spotify, a, a)
+    # ... as BFCL matches them: greedily, each expected call taking the first call it accepts, so
+    # one order of a right answer fails where expected call 0 accepts either company (parallel_178)
+    stock = "What were the closing stock prices"
+    calls = [
+        ("get_stock_price", {"company_name": c, "date": d, "exchange": "NASDAQ"})
+        for c, d in (
+            ("Microsoft", "2022-01-01"),
+            ("Microsoft", "2022-02-01"),
+            ("Apple", "2022-01-01"),
+            ("Apple", "2022-02-01"),
+        )
+    ]
+    assert score(stock, *calls) and score(stock, calls[1], calls[0], calls[3], calls[2])
+    assert not score(stock, *calls[::-1]) and not score(stock, calls[2], *calls[:2], calls[3])  # Apple/Jan first
+    # irrelevance: no call is right, any call is wrong
+    irrelevant = "Calculate the area of a triangle"
+    assert score(irrelevant) == 1.0
+    assert score(irrelevant, ("determine_body_mass_index", {"weight": 70, "height": 1.75})) == 0.0
+
+
+def test_bfcl_unrepresentable_rows_are_skipped_and_counted_per_category(caplog):
+    stats: dict = {}
+    with caplog.at_level(logging.INFO, logger="sdpocl.data.loaders"):
+        records = load_records("bfcl_v4", "test", data_files=str(FIX / "bfcl_v4.jsonl"), stats=stats)
+    assert len(records) == 9 and stats["rows"] == 10 and stats["skipped"] == 1 and stats["records"] == 9
+    groups = stats["groups"]
+    assert groups["simple_python"] == {
+        "rows": 4,
+        "skipped": 1,
+        "no_record": 0,
+        "converted": 3,
+        "without_reference": 0,
+        "records": 3,
+    }
+    assert groups["live_simple"]["without_reference"] == 1 and groups["live_simple"]["records"] == 1
+    assert {g: c["records"] for g, c in groups.items()} == {
+        "simple_python": 3,
+        "live_multiple": 2,
+        "parallel": 2,
+        "live_simple": 1,
+        "irrelevance": 1,
+    }
+    lines = [r.getMessage() for r in caplog.records]
+    assert any("length.convert" in m and "not among the offered functions" in m for m in lines)
+    assert any(
+        "simple_python: 4 rows, 3 converted (0 without a reference), 1 skipped, 3 records kept" in m for m in lines
+    )
+    sub: dict = {}
+    assert len(load_records("bfcl_v4", "test", n=4, data_files=str(FIX / "bfcl_v4.jsonl"), stats=sub)) == 4
+    assert sub["converted"] == 9 and sum(c["records"] for c in sub["groups"].values()) == 4
+
+
+def test_prepare_benchmark_writes_counts_beside_the_data(tmp_path, capsys):
+    from sdpocl.cli import main
+
+    sources = json.dumps({"bfcl_v4": str(FIX / "bfcl_v4.jsonl")})
+    out = tmp_path / "bfcl_v4" / "test.jsonl"
+    args = ["prepare-benchmark", "--preset", "paper", "--name", "bfcl_v4", "--seed", "42", "--sources", sources]
+    assert main([*args, "--out", str(out)]) == 0
+    meta = json.loads((out.parent / "meta.json").read_text())
+    assert meta["records"] == 9 == len(_read(out)) and meta["benchmark"] == "bfcl_v4"
+    counts = meta["sources"]["bfcl_v4"]
+    assert counts["skipped"] == 1 and counts["groups"]["simple_python"]["skipped"] == 1
+    assert (
+        "bfcl_v4 simple_python: 4 rows, 3 loaded (0 without a reference answer), 1 skipped" in capsys.readouterr().out
+    )
+    assert sorted(p.name for p in out.parent.iterdir()) == ["meta.json", "test.jsonl"]  # atomic: no temporary
+    elsewhere = tmp_path / "meta" / "bfcl.json"
+    assert (
+        main(
+            ["prepare-benchmark", "--name", "arith_words", "--n", "3", "--seed", "1"]
+            + ["--out", str(out), "--meta", str(elsewhere)]
+        )
+        == 0
+    )
+    assert json.loads(elsewhere.read_text()) == {
+        "benchmark": "arith_words",
+        "preset": "tiny",
+        "seed": 1,
+        "n": 3,
+        "records": 3,
     }
 
 

@@ -41,7 +41,7 @@ def chat(text: str) -> list[dict]:
 # generic
 # --------------------------------------------------------------------------- #
 def test_registry_and_names():
-    assert set(REWARD_FUNCS) == {"math", "science", "tooluse", "code"}
+    assert set(REWARD_FUNCS) == {"math", "science", "tooluse", "code", "bfcl"}
     for domain, fn in REWARD_FUNCS.items():
         assert reward_for(domain) is fn
         assert fn.__name__ == f"{domain}_reward"
@@ -52,7 +52,7 @@ def test_unknown_domain_error_names_domain_and_known_ones():
         reward_for("chess")
     msg = str(exc.value)
     assert "chess" in msg
-    for known in ("math", "science", "tooluse", "code"):
+    for known in ("math", "science", "tooluse", "code", "bfcl"):
         assert known in msg
 
 

@@ -3,7 +3,8 @@
 
 rule prepare_benchmark:
     output:
-        f"{RESULTS}/data/{{bench}}/test.jsonl",
+        data=f"{RESULTS}/data/{{bench}}/test.jsonl",
+        meta=f"{RESULTS}/data/{{bench}}/meta.json",  # counts: records, rows skipped (per BFCL category)
     log:
         f"{RESULTS}/logs/prepare_benchmark/{{bench}}.log",
     localrule: True  # seconds of work (or hub downloads): on the submit node under Slurm
@@ -16,7 +17,7 @@ rule prepare_benchmark:
         sources=DATA_SOURCES,
     shell:
         "sdpocl prepare-benchmark --preset {params.preset} --name {wildcards.bench} --n {params.n} --seed {params.seed} "
-        "{params.sources} --out {output} > {log} 2>&1"
+        "{params.sources} --out {output.data} --meta {output.meta} > {log} 2>&1"
 
 
 rule write_eval_task:

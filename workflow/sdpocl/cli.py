@@ -15,9 +15,10 @@ from pathlib import Path
 from sdpocl.io import write_csv, write_json, write_jsonl
 
 
-def _paper_records(sources: list[str], split: str, a) -> list[dict]:
+def _paper_records(sources: list[str], split: str, a, stats: dict | None = None) -> list[dict]:
     """Records of paper sources; ``--sources`` maps a source to local files (all splits) or to
-    ``{split: files}`` (a source whose splits are separate files, e.g. ToolAlpaca)."""
+    ``{split: files}`` (a source whose splits are separate files, e.g. ToolAlpaca); ``stats`` (if
+    given) receives each source's counts by name."""
     from sdpocl.data.loaders import load_records
 
     files = json.loads(a.sources) if a.sources else {}
@@ -26,7 +27,10 @@ def _paper_records(sources: list[str], split: str, a) -> list[dict]:
         local = files.get(name)
         if isinstance(local, dict):
             local = local.get(split)
-        records += load_records(name, split, seed=a.seed, n=a.n, data_files=local)
+        counts: dict = {}
+        records += load_records(name, split, seed=a.seed, n=a.n, data_files=local, stats=counts)
+        if stats is not None:
+            stats[name] = counts
     return records
 
 
@@ -67,14 +71,29 @@ def cmd_build_standin(a) -> None:
 
 
 def cmd_prepare_benchmark(a) -> None:
+    """The benchmark's JSONL, and beside it (``--meta``, default ``meta.json`` in the same folder)
+    what was loaded: record count, settings and, for the paper loaders, the source's counts
+    (rows, skipped, per group: BFCL's categories)."""
+    meta: dict = {"benchmark": a.name, "preset": a.preset, "seed": a.seed, "n": a.n}
     if a.preset == "paper":
-        records = _paper_records([a.name], "test", a)
+        sources: dict = {}
+        records = _paper_records([a.name], "test", a, stats=sources)
+        meta["sources"] = sources
+        for counts in sources.values():
+            for group, c in (counts.get("groups") or {}).items():
+                print(
+                    f"[prepare-benchmark] {a.name} {group}: {c['rows']} rows, {c['converted']} loaded "
+                    f"({c['without_reference']} without a reference answer), {c['skipped']} skipped"
+                )
     else:
         from sdpocl.data.benchmarks import generate_ood
 
         records = generate_ood(a.name, a.n, a.seed)
+    meta["records"] = len(records)
     write_jsonl(a.out, records)
-    print(f"[prepare-benchmark] {len(records)} {a.name} records -> {a.out}")
+    meta_path = Path(a.meta) if a.meta else Path(a.out).with_name("meta.json")
+    write_json(meta_path, meta)
+    print(f"[prepare-benchmark] {len(records)} {a.name} records -> {a.out} (counts: {meta_path})")
 
 
 def cmd_write_eval_task(a) -> None:
@@ -330,6 +349,7 @@ COMMANDS = [
         [
             _arg("--name", required=True),
             *_source_args("records (tiny: required; paper: default all)"),
+            _arg("--meta", help="JSON of what was loaded (default: meta.json beside --out)"),
         ],
     ),
     (

@@ -4,7 +4,9 @@ lm-eval samples ``k`` responses per prompt and scores them with the tasks of
 :mod:`sdpocl.evaluate.tasks` (training rewards); this module picks the backend, runs
 ``simple_evaluate`` once for all benchmarks, and writes
 
-* ``scores.json`` — per benchmark: Acc@k, its stderr over prompts, and the artifact metrics;
+* ``scores.json`` — per benchmark: Acc@k, its stderr over prompts, and the artifact metrics
+  (benchmarks whose records carry a ``category``, i.e. BFCL: Acc@k is the unweighted mean of the
+  per-category Acc@k, with those and the prompt-weighted mean beside it);
 * ``samples/<benchmark>.jsonl`` — every prompt with its k responses, scores, token counts and
   truncation flags (they feed response drift and the artifact metrics).
 """
@@ -102,33 +104,65 @@ def sample_records(benchmark: str, samples: list[dict], count_tokens, max_gen_to
             else list(s["filtered_resps"])
         )
         n_tok = [count_tokens(r) for r in resps]
-        out.append(
-            {
-                "benchmark": benchmark,
-                "doc_id": s["doc_id"],
-                "prompt": s["doc"]["prompt"],
-                "answer": s["doc"].get("answer", ""),
-                "responses": list(resps),
-                "scores": score_samples(s["doc"], list(resps)),  # memoised: lm-eval already scored them
-                "n_tokens": n_tok,
-                # re-tokenised length; a response that used the whole budget never reached EOS
-                "truncated": [n >= max_gen_toks for n in n_tok],
-            }
-        )
+        rec = {
+            "benchmark": benchmark,
+            "doc_id": s["doc_id"],
+            "prompt": s["doc"]["prompt"],
+            "answer": s["doc"].get("answer", ""),
+            "responses": list(resps),
+            "scores": score_samples(s["doc"], list(resps)),  # memoised: lm-eval already scored them
+            "n_tokens": n_tok,
+            # re-tokenised length; a response that used the whole budget never reached EOS
+            "truncated": [n >= max_gen_toks for n in n_tok],
+        }
+        if s["doc"].get("category") is not None:  # BFCL: the test category
+            rec["category"] = s["doc"]["category"]
+        out.append(rec)
     return out
 
 
+def _mean_and_stderr(values: list[float]) -> tuple[float, float]:
+    n = len(values)
+    mean = sum(values) / n if n else float("nan")
+    var = sum((x - mean) ** 2 for x in values) / (n - 1) if n > 1 else float("nan")
+    return mean, (math.sqrt(var / n) if n > 1 else float("nan"))
+
+
 def summarize(records: list[dict]) -> dict:
-    """Acc@k (mean over samples, then prompts), stderr over prompts, artifact metrics."""
-    per_prompt = [sum(r["scores"]) / len(r["scores"]) for r in records if r["scores"]]
+    """Acc@k (mean over samples, then prompts), stderr over prompts, artifact metrics.
+
+    When the records carry a ``category`` (BFCL), ``acc`` is the unweighted mean of the Acc@k of
+    the categories present (as BFCL's non-live summary averages categories; README, "BFCL v4")
+    and its ``stderr`` that
+    of a mean of independent category means, sqrt(sum_c se_c^2) / C (NaN while a category has a
+    single prompt); ``acc_micro`` / ``stderr_micro`` are the mean over all prompts (what lm-eval's
+    ``mean`` aggregation reports) and ``categories`` maps each category to its ``acc``,
+    ``stderr`` and ``n_prompts``."""
+    scored = [r for r in records if r["scores"]]
+    per_prompt = [sum(r["scores"]) / len(r["scores"]) for r in scored]
     n = len(per_prompt)
-    acc = sum(per_prompt) / n if n else float("nan")
-    var = sum((x - acc) ** 2 for x in per_prompt) / (n - 1) if n > 1 else float("nan")
+    acc, stderr = _mean_and_stderr(per_prompt)
     flat = [(resp, nt, tr) for r in records for resp, nt, tr in zip(r["responses"], r["n_tokens"], r["truncated"])]
     arts = artifact_metrics([f[0] for f in flat], [f[1] for f in flat], [f[2] for f in flat])
+    out = {"acc": acc, "stderr": stderr}
+    if any(r.get("category") is not None for r in scored):
+        by_category: dict[str, list[float]] = {}
+        for r, x in zip(scored, per_prompt):
+            by_category.setdefault(str(r.get("category")), []).append(x)
+        categories = {}
+        for cat in sorted(by_category):
+            cat_acc, cat_se = _mean_and_stderr(by_category[cat])
+            categories[cat] = {"acc": cat_acc, "stderr": cat_se, "n_prompts": len(by_category[cat])}
+        k = len(categories)
+        out = {
+            "acc": sum(c["acc"] for c in categories.values()) / k,
+            "stderr": math.sqrt(sum(c["stderr"] ** 2 for c in categories.values())) / k,
+            "acc_micro": acc,
+            "stderr_micro": stderr,
+            "categories": categories,
+        }
     return {
-        "acc": acc,
-        "stderr": math.sqrt(var / n) if n > 1 else float("nan"),
+        **out,
         "n_prompts": n,
         "n_samples": len(records[0]["responses"]) if records else 0,
         **arts,
@@ -199,8 +233,9 @@ def evaluate_model(
         write_jsonl(out_dir / "samples" / f"{b}.jsonl", records)
         scores[b] = summarize(records)
         lm_acc = res["results"][task_name(b)][f"acc,{FILTER}"]
-        if not math.isclose(lm_acc, scores[b]["acc"], abs_tol=1e-9):
-            raise RuntimeError(f"{b}: lm-eval Acc {lm_acc} differs from the sample log's {scores[b]['acc']}")
+        log_acc = scores[b].get("acc_micro", scores[b]["acc"])  # lm-eval averages prompts, not categories
+        if not math.isclose(lm_acc, log_acc, abs_tol=1e-9):
+            raise RuntimeError(f"{b}: lm-eval Acc {lm_acc} differs from the sample log's {log_acc}")
         print(f"[evaluate] {b}: Acc@{k} {scores[b]['acc']:.3f} ± {scores[b]['stderr']:.3f}", flush=True)
     doc = {
         "meta": {

@@ -13,15 +13,18 @@ domain     expected completion                                    column(s)
 math       `` <think>23+45=68</think> \\boxed{68}``                 ``answer``
 science    `` <think>...</think> <answer>B</answer>``              ``answer``
 tooluse    `` <think>...</think> Action: f\\nAction Input: {...}``  ``answer`` (JSON)
+bfcl       ``Action: f\\nAction Input: {...}`` per call             ``answer`` (JSON)
 code       `` <think>...</think> ```python\\n...\\n``` ``            ``tests``
 =========  =====================================================  ==============
 
-One module per domain (:mod:`.math`, :mod:`.science`, :mod:`.tooluse`, :mod:`.code`); code is
+One module per domain (:mod:`.math`, :mod:`.science`, :mod:`.tooluse`, :mod:`.code`), plus
+:mod:`.bfcl` (BFCL v4's AST checker; it scores the ``bfcl_v4`` benchmark only); code is
 executed only through :mod:`sdpocl.rewards.sandbox` (separate, limited process).
 """
 
 from __future__ import annotations
 
+from sdpocl.rewards.bfcl import bfcl_reward
 from sdpocl.rewards.code import (
     CODE_MEMORY_MB,
     CODE_TIMEOUT_S,
@@ -41,7 +44,7 @@ from sdpocl.rewards.math import (
 )
 from sdpocl.rewards.science import extract_choice, science_reward
 from sdpocl.rewards.text import RewardFunc, completion_text
-from sdpocl.rewards.tooluse import parse_tool_calls, tooluse_reward
+from sdpocl.rewards.tooluse import parse_tool_call_list, parse_tool_calls, tooluse_reward
 
 __all__ = [
     "REWARD_FUNCS",
@@ -50,6 +53,7 @@ __all__ = [
     "science_reward",
     "tooluse_reward",
     "code_reward",
+    "bfcl_reward",
     "make_code_reward",
     "completion_text",
     "boxed_count",
@@ -59,6 +63,7 @@ __all__ = [
     "math_answers_equal",
     "extract_choice",
     "parse_tool_calls",
+    "parse_tool_call_list",
     "extract_code_block",
     "parse_tests",
     "BOXED_WINDOW",
@@ -71,6 +76,7 @@ REWARD_FUNCS: dict[str, RewardFunc] = {
     "science": science_reward,
     "tooluse": tooluse_reward,
     "code": code_reward,
+    "bfcl": bfcl_reward,
 }
 
 

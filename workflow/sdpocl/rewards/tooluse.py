@@ -41,6 +41,47 @@ def parse_tool_calls(text: Any) -> tuple[list[str], dict] | None:
     return names, merged
 
 
+def parse_tool_call_list(text: Any) -> list[tuple[str, dict]] | None:
+    """Every call of a ReAct completion, each kept separately: ``[(name, input), ...]`` in order
+    (``[]`` when there is no ``Action:``), or None when the calls cannot be decoded: an
+    ``Action:`` without its own ``Action Input:`` (before the next ``Action:``), an ``Action
+    Input:`` without an ``Action:``, an empty name, or an input that is not a JSON object on the
+    ``Action Input:`` line. ``<think>`` blocks are ignored; the text is scanned left to right, so
+    an ``Action:`` inside a JSON input is part of that input. Names are cleaned and inputs read as
+    in :func:`parse_tool_calls`, which merges the inputs instead (the ToolAlpaca reward)."""
+    s = _THINK.sub(" ", completion_text(text))
+    calls: list[tuple[str, dict]] = []
+    pos = 0
+    while True:
+        action = _ACTION.search(s, pos)
+        inp = _ACTION_INPUT.search(s, pos)
+        if action is None:
+            return calls if inp is None else None
+        if inp is not None and inp.start() < action.start():
+            return None  # an input before (without) its action
+        inp = _ACTION_INPUT.search(s, action.start(1))  # may follow the name on the same line
+        if inp is None:
+            return None
+        line = s[action.start(1) : min(inp.start(), action.end())]
+        following = _ACTION.search(s, action.end())
+        if following is not None and following.start() < inp.start():
+            return None  # this action has no input of its own
+        name = line.strip().strip("`'\"").strip()
+        start = inp.end()
+        while start < len(s) and s[start] in " \t":
+            start += 1
+        if not name or start >= len(s) or s[start] != "{":
+            return None
+        try:
+            obj, end = _DECODER.raw_decode(s, start)
+        except json.JSONDecodeError:
+            return None
+        if not isinstance(obj, dict):
+            return None
+        calls.append((name, obj))
+        pos = end
+
+
 def _load_tool_reference(ref: Any) -> tuple[list[str], dict] | None:
     try:
         if isinstance(ref, (str, bytes)):

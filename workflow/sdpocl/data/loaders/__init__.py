@@ -24,7 +24,7 @@ Sources (:data:`SOURCES`; split -> where it comes from)::
     gpqa_diamond          benchmark  math     test (letter in \\boxed{}, seeded option order)
     mmlu_redux            benchmark  science  test (error_type == "ok" only)
     zebralogic            benchmark  science  test (mc_mode)
-    bfcl_v4               benchmark  tooluse  test (single-call AST categories)
+    bfcl_v4               benchmark  bfcl     test (AST categories + irrelevance; reward = BFCL's AST checker)
     livecodebench_v6      benchmark  code     test (contest date in [2025-02-01, 2025-05-01))
 
 In-domain evaluation uses ``sciknoweval``/``toolalpaca``/``dolci_code`` ``test`` and AIME.
@@ -88,7 +88,16 @@ from sdpocl.data.loaders.science import (
     select_mmlu_redux,
     select_sciknoweval,
 )
-from sdpocl.data.loaders.tooluse import BFCL_CATEGORIES, BFCL_DATA_URL, TOOL_PROMPT, convert_bfcl, convert_toolalpaca
+from sdpocl.data.loaders.tooluse import (
+    BFCL_CATEGORIES,
+    BFCL_DATA_URL,
+    BFCL_NOTE,
+    BFCL_UNANSWERED_FILES,
+    TOOL_PROMPT,
+    bfcl_category,
+    convert_bfcl,
+    convert_toolalpaca,
+)
 from sdpocl.io import write_jsonl
 
 __all__ = [
@@ -105,6 +114,7 @@ __all__ = [
     "CODE_PROMPT",
     "GPQA_PROMPT",
     "TOOL_PROMPT",
+    "BFCL_NOTE",
     "decode_lcb_tests",
 ]
 
@@ -126,7 +136,11 @@ class Source:
     ``Dataset.train_test_split(test_size=holdout, seed=seed)`` -- the public code's
     ``data/split_tasks.py`` -- so the split is deterministic for a seed and disjoint.
     ``skip_invalid`` turns unconvertible rows into a counted warning, for sources known to contain
-    some (documented at the converter); otherwise such a row is an error.
+    some (documented at the converter); otherwise such a row is an error. ``group`` names a raw
+    row's group (BFCL: its test category): rows, records and skipped rows are then counted and
+    logged per group (:func:`load_records`'s ``stats``). ``answers_dir``: the files of the same
+    names in that directory beside the question files hold each row's ``ground_truth`` (joined by
+    ``id``), except for the question files named in ``unanswered_files``.
     """
 
     name: str
@@ -143,6 +157,8 @@ class Source:
     dedupe: bool = False
     skip_invalid: bool = False
     answers_dir: str | None = None  # BFCL: possible answers beside the questions, joined by id
+    unanswered_files: tuple[str, ...] = ()  # question files (base names) without an answers file
+    group: Callable[[Mapping[str, Any]], str] | None = None
     notes: str = ""
 
 
@@ -307,11 +323,15 @@ SOURCES: dict[str, Source] = {
             None,
             None,
             {"test": tuple(BFCL_DATA_URL + f"BFCL_v4_{c}.json" for c in BFCL_CATEGORIES)},
-            "tooluse",
+            "bfcl",
             "benchmark",
             convert_bfcl,
             reader="json_lines",
+            skip_invalid=True,
             answers_dir="possible_answer",
+            unanswered_files=BFCL_UNANSWERED_FILES,
+            group=bfcl_category,
+            notes="rows BFCL's Python AST checker cannot represent are skipped and counted per category",
         ),
         Source(
             "livecodebench_v6",
@@ -377,12 +397,17 @@ def _text_rows(files: list[str], *, document: bool) -> Iterator[Any]:
             yield value
 
 
-def _answers_for(files: list[str], answers_dir: str) -> dict[str, Any]:
-    """BFCL's possible answers: same file names in ``answers_dir`` beside each question file."""
+def _answers_for(files: list[str], answers_dir: str, unanswered: Sequence[str] = ()) -> dict[str, Any]:
+    """BFCL's possible answers: same file names in ``answers_dir`` beside each question file (none
+    for the question files named in ``unanswered``)."""
     answer_files = []
     for f in files:
         head, _, tail = f.rpartition("/")
+        if tail in unanswered:
+            continue
         answer_files.append(f"{head}/{answers_dir}/{tail}" if head else f"{answers_dir}/{tail}")
+    if not answer_files:
+        return {}
     return {row["id"]: row.get("ground_truth") for row in _text_rows(answer_files, document=False)}
 
 
@@ -401,7 +426,7 @@ def _iter_source(src: Source, split: str, data_files: str | Sequence[str] | None
     files = _file_list(data_files if data_files is not None else src.splits[split])
     rows = _text_rows(files, document=src.reader == "json_document")
     if src.answers_dir:
-        answers = _answers_for(files, src.answers_dir)
+        answers = _answers_for(files, src.answers_dir, src.unanswered_files)
         rows = ({**row, "ground_truth": answers.get(row.get("id"))} for row in rows)
     yield from rows
 
@@ -422,10 +447,27 @@ def _check(name: str, split: str) -> Source:
     return src
 
 
+#: the per-group counts of load_records(stats=...)
+_GROUP_COUNTS = ("rows", "skipped", "no_record", "converted", "without_reference", "records")
+
+
 def load_records(
-    name: str, split: str, *, seed: int = 42, n: int | None = None, data_files: str | Sequence[str] | None = None
+    name: str,
+    split: str,
+    *,
+    seed: int = 42,
+    n: int | None = None,
+    data_files: str | Sequence[str] | None = None,
+    stats: dict | None = None,
 ) -> list[dict[str, Any]]:
-    """Records of ``name``/``split`` (see :func:`prepare_paper_dataset`), without writing them."""
+    """Records of ``name``/``split`` (see :func:`prepare_paper_dataset`), without writing them.
+
+    A ``stats`` dict is filled with the counts: ``rows`` read (after the source's selection),
+    ``skipped`` (unconvertible, for ``skip_invalid`` sources), ``no_record`` (rows that yield no
+    record by design), ``converted`` records and ``records`` returned (after the subsample); for
+    sources with a ``group``, ``groups`` holds the same counts per group, plus
+    ``without_reference`` (records whose ``solution`` is empty -- BFCL: rows on which BFCL's
+    checker rejects every answer), and a log line per group reports them."""
     src = _check(name, split)
     if n is not None and (not isinstance(n, int) or isinstance(n, bool) or n < 0):
         raise ValueError(f"n must be a non-negative integer or None, got {n!r}")
@@ -436,48 +478,100 @@ def load_records(
         pool = list(indexed)
         indexed = [pool[j] for j in _holdout_indices(len(pool), split, src.holdout, seed)]
     records: list[dict[str, Any]] = []
+    record_groups: list[str | None] = []
+    groups: dict[str, dict[str, int]] = {}
     seen: set[str] = set()
-    invalid = dropped = 0
+    rows = invalid = dropped = 0
     for index, row in indexed:
+        rows += 1
+        group = None
+        if src.group is not None:
+            group = src.group(row)
+            counts = groups.setdefault(group, dict.fromkeys(_GROUP_COUNTS, 0))
+            counts["rows"] += 1
         try:
             converted = src.convert(row, seed)
         except (ValueError, KeyError, TypeError, IndexError, AttributeError) as exc:
             if not src.skip_invalid:
                 raise ValueError(f"{name} ({split}): cannot convert row {index}: {exc}") from exc
             invalid += 1
+            if group is not None:
+                groups[group]["skipped"] += 1
             log.log(
                 logging.WARNING if invalid <= 10 else logging.DEBUG,
-                "%s (%s): skipping row %d: %s",
+                "%s (%s): skipping row %d%s: %s",
                 name,
                 split,
                 index,
+                "" if group is None else f" ({group})",
                 exc,
             )
             continue
         if not converted:
             dropped += 1
+            if group is not None:
+                groups[group]["no_record"] += 1
         for rec in converted:
             if src.dedupe:
                 if rec["prompt"] in seen:
                     continue
                 seen.add(rec["prompt"])
             records.append(rec)
+            record_groups.append(group)
+            if group is not None:
+                groups[group]["converted"] += 1
+                groups[group]["without_reference"] += not rec.get("solution")
     if invalid:
         log.warning("%s (%s): %d unconvertible rows skipped (%s)", name, split, invalid, src.notes)
         if not records:
             raise ValueError(f"{name} ({split}): no row could be converted ({invalid} invalid)")
     if dropped:
         log.info("%s (%s): %d rows yield no record by design", name, split, dropped)
+    converted_total = len(records)
     if n is not None and n < len(records):
         keep = sorted(random.Random(_stable_int("paper-subsample", name, split, seed)).sample(range(len(records)), n))
         records = [records[i] for i in keep]
+        record_groups = [record_groups[i] for i in keep]
     elif n is not None and n > len(records):
         log.warning("%s (%s): %d records requested, only %d available", name, split, n, len(records))
+    for group in record_groups:
+        if group is not None:
+            groups[group]["records"] += 1
+    for group, counts in groups.items():
+        log.log(
+            logging.WARNING if counts["skipped"] else logging.INFO,
+            "%s (%s): %s: %d rows, %d converted (%d without a reference), %d skipped, %d records kept",
+            name,
+            split,
+            group,
+            counts["rows"],
+            counts["converted"],
+            counts["without_reference"],
+            counts["skipped"],
+            counts["records"],
+        )
+    if stats is not None:
+        stats.update(
+            rows=rows,
+            skipped=invalid,
+            no_record=dropped,
+            converted=converted_total,
+            records=len(records),
+        )
+        if src.group is not None:
+            stats["groups"] = groups
     return records
 
 
 def prepare_paper_dataset(
-    name: str, split: str, out: Path, *, seed: int = 42, n: int | None = None, data_files: str | None = None
+    name: str,
+    split: str,
+    out: Path,
+    *,
+    seed: int = 42,
+    n: int | None = None,
+    data_files: str | None = None,
+    stats: dict | None = None,
 ) -> int:
     """Load ``name``'s ``split`` (hub id, or local ``data_files`` in the source's own format for
     offline fixtures and mirrors), convert it to the common schema, write JSONL atomically and
@@ -487,8 +581,8 @@ def prepare_paper_dataset(
     keeps a seeded subsample of that many records (in source order; all if fewer exist).
     Unknown names or splits raise ``ValueError`` listing the valid ones; an unconvertible row
     raises ``ValueError`` naming the source and row index (skipped and counted for the sources
-    with ``skip_invalid``).
+    with ``skip_invalid``). ``stats`` receives the counts of :func:`load_records`.
     """
-    records = load_records(name, split, seed=seed, n=n, data_files=data_files)
+    records = load_records(name, split, seed=seed, n=n, data_files=data_files, stats=stats)
     write_jsonl(out, records, ensure_ascii=False)
     return len(records)

@@ -8,6 +8,15 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from sdpocl.data.loaders.common import RowError, _record
+from sdpocl.rewards.bfcl import (
+    BFCL_AST_CATEGORIES,
+    BFCL_IRRELEVANCE_CATEGORIES,
+    PYTHON_NESTED_TYPE_CHECK_LIST,
+    PYTHON_TYPE_MAPPING,
+    check_bfcl,
+    react_text,
+    reference_calls,
+)
 
 log = logging.getLogger(__name__)
 
@@ -116,31 +125,31 @@ def convert_toolalpaca(row: Mapping[str, Any], seed: int) -> list[dict]:
     return out
 
 
-#: BFCL categories whose every entry is one call (the tool reward merges the inputs of all calls,
-#: so parallel calls of one function cannot be represented); multi-turn, memory, web-search and
-#: format-sensitivity need an executable environment; java/javascript use non-JSON types.
-BFCL_CATEGORIES = ("simple_python", "multiple", "live_simple", "live_multiple")
+#: BFCL v4 categories loaded, each scored by :mod:`sdpocl.rewards.bfcl` as BFCL's AST checker does
+#: (irrelevance ones: correct iff no call). Not loaded (README, "BFCL v4"): multi-turn, memory and
+#: web search need BFCL's executable environments, format sensitivity re-asks the AST categories
+#: in other output formats, Java/JavaScript use non-JSON argument types, live_relevance (any call
+#: is right) is left out of the category mean.
+BFCL_CATEGORIES = BFCL_AST_CATEGORIES + BFCL_IRRELEVANCE_CATEGORIES
+#: question files without a ``possible_answer/`` file (no call is expected)
+BFCL_UNANSWERED_FILES = tuple(f"BFCL_v4_{c}.json" for c in BFCL_IRRELEVANCE_CATEGORIES)
 BFCL_DATA_URL = (
     "https://raw.githubusercontent.com/ShishirPatil/gorilla/main/berkeley-function-call-leaderboard/bfcl_eval/data/"
 )
+#: what BFCL's own system prompt tells the model and the paper's ReAct prompt does not: several
+#: calls (parallel categories) and no call (irrelevance) are answers too
+BFCL_NOTE = (
+    "Write one Action and Action Input pair for each function call; if the question needs several "
+    "calls, write one pair per call. If none of the tools can be used, or the question lacks the "
+    "parameters a tool requires, say so and write no Action.\n\n"
+)
+BFCL_PROMPT = TOOL_PROMPT.replace("\n\nBegin!\n", "\n\n" + BFCL_NOTE + "Begin!\n")
 
 
-def _bfcl_first(value: Any) -> Any:
-    """One concrete value of a BFCL "possible answer": dicts are themselves possible-answer maps
-    (recurse), lists are literal values whose dict elements recurse."""
-    if isinstance(value, dict):
-        out = {}
-        for key, options in value.items():
-            if not isinstance(options, list) or not options:
-                raise RowError(f"possible answer of {key!r} is not a non-empty list")
-            first = options[0]
-            if first == "":  # the first listed option is "omit this optional parameter"
-                continue
-            out[key] = _bfcl_first(first)
-        return out
-    if isinstance(value, list):
-        return [_bfcl_first(v) for v in value]
-    return value
+def bfcl_category(row: Mapping[str, Any]) -> str:
+    """A BFCL row's test category: its id without the ``_<index>`` suffix (BFCL's ``sort_key``)."""
+    entry_id = str(row.get("id") or "")
+    return entry_id.split(":")[0].rsplit("_", 1)[0] if "_" in entry_id else "unknown"
 
 
 def _bfcl_tool_doc(fn: Mapping[str, Any]) -> str:
@@ -161,30 +170,110 @@ def _bfcl_tool_doc(fn: Mapping[str, Any]) -> str:
     return f"{fn['name']}: {fn.get('description', '')}\nParameters: {json.dumps(described, ensure_ascii=False)}"
 
 
+def _bfcl_functions(row: Mapping[str, Any], *, allow_none: bool) -> list[dict]:
+    functions = row.get("function")
+    if not isinstance(functions, list) or not (functions or allow_none):
+        raise RowError("no function documents")
+    for fn in functions:
+        if not isinstance(fn, dict) or not isinstance(fn.get("name"), str) or not fn["name"]:
+            raise RowError("a function document without a name")
+        params = fn.get("parameters")
+        if not isinstance(params, dict) or not isinstance(params.get("properties"), dict):
+            raise RowError(f"function {fn['name']!r} has no parameter properties")
+    return functions
+
+
+def _bfcl_checkable(fn: Mapping[str, Any]) -> None:
+    """What BFCL's checker reads from the document of a function it checks, present and of a type
+    it knows (it would stop with an error otherwise, on any call of that function)."""
+    params = fn["parameters"]
+    if not isinstance(params.get("required"), list):
+        raise RowError(f"function {fn['name']!r} has no list of required parameters")
+    for name, spec in params["properties"].items():
+        kind = spec.get("type") if isinstance(spec, dict) else None
+        if kind not in PYTHON_TYPE_MAPPING:
+            raise RowError(f"parameter {name!r} of {fn['name']!r} has a type BFCL's Python checker lacks: {kind!r}")
+        if kind in PYTHON_NESTED_TYPE_CHECK_LIST:
+            items = spec.get("items")
+            if not isinstance(items, dict) or items.get("type") not in PYTHON_TYPE_MAPPING:
+                raise RowError(f"parameter {name!r} of {fn['name']!r} has no item type BFCL's checker knows")
+
+
+def _bfcl_truth(truth: Any, functions: list[dict], category: str) -> list[dict]:
+    if not isinstance(truth, list) or not truth:
+        raise RowError("no possible answer")
+    by_name = {fn["name"]: fn for fn in functions}
+    for expected in truth:
+        if not isinstance(expected, dict) or len(expected) != 1:
+            raise RowError("a possible answer is not one {function: parameters} map")
+        ((name, params),) = expected.items()
+        if not isinstance(params, dict):
+            raise RowError(f"the possible answer of {name!r} is not a parameter map")
+        if name not in by_name:
+            raise RowError(f"expected function {name!r} is not among the offered functions")
+        _bfcl_checkable(by_name[name])
+    if "parallel" not in category and "multiple" not in category:
+        _bfcl_checkable(functions[0])  # the simple categories check the first offered function
+    return truth
+
+
 def convert_bfcl(row: Mapping[str, Any], seed: int) -> list[dict]:
-    """BFCL v4 (single-turn, single-call): the functions are documented ToolAlpaca-style in the
-    same ReAct prompt; the reference takes the first listed value of every parameter (omitting
-    one whose first option is "" = optional). Exact-match reward, so stricter than BFCL's AST
-    checker, which accepts any listed value. Rows of other shapes are dropped (counted)."""
-    # Schema: ShishirPatil/gorilla berkeley-function-call-leaderboard/bfcl_eval/data/
-    # BFCL_v4_simple_python.json (id, question=[[{role, content}]], function=[{name, description,
-    # parameters={type: dict, properties, required}}]) and possible_answer/BFCL_v4_*.json
-    # (id, ground_truth=[{function: {param: [acceptable values]}}]); answers joined by id.
-    truth = row.get("ground_truth")
-    turns = row.get("question") or []
-    if truth is None or len(turns) != 1 or not isinstance(truth, list) or len(truth) != 1:
-        return []  # irrelevance (no truth), multi-turn or parallel: not representable
-    ((fname, args),) = truth[0].items()
-    functions = row.get("function") or []
-    if fname not in {f.get("name") for f in functions}:
-        raise RowError(f"ground-truth function {fname!r} is not among the offered functions")
-    messages = [m for m in turns[0] if m.get("content")]
+    """BFCL v4, the categories of :data:`BFCL_CATEGORIES`: one record per row, scored by the
+    ``bfcl`` reward (BFCL's AST checker over the ReAct calls; irrelevance: no call).
+
+    The prompt documents every offered function ToolAlpaca-style in the paper's ReAct prompt, plus
+    :data:`BFCL_NOTE` (one pair per call; no call when no tool fits), which BFCL's own prompt says
+    too. The question's messages (a system message included) are joined into the question. The
+    record keeps what the checker needs: ``answer`` = JSON ``{"category", "functions",
+    "ground_truth"}`` (BFCL's possible-answer list, ``null`` for irrelevance) and ``category``.
+    ``solution`` is a checked reference (first listed values; else the last ones; else optional
+    parameters omitted); it is ``""`` on the few rows whose every answer BFCL's checker rejects
+    (e.g. an empty possible-answer list for a required parameter): they stay, and score 0 for
+    every model as in BFCL. A row that cannot be represented raises :class:`RowError` (the
+    source skips and counts it per category): another category, several turns, a missing or
+    malformed possible answer, an expected function that is not offered, a parameter type
+    BFCL's Python checker does not know."""
+    # Schema: bfcl-eval 2026.3.23 (PyPI) bfcl_eval/data/BFCL_v4_<category>.json (id,
+    # question=[[{role, content}]], function=[{name, description, parameters={type: dict,
+    # properties, required}}]) and possible_answer/BFCL_v4_<category>.json (id,
+    # ground_truth=[{function: {param: [acceptable values]}}]); answers joined by id.
+    category = bfcl_category(row)
+    if category not in BFCL_CATEGORIES:
+        raise RowError(f"category {category!r} is not loaded")
+    turns = row.get("question")
+    if not isinstance(turns, list) or len(turns) != 1 or not isinstance(turns[0], list):
+        raise RowError("not a single-turn question")
+    messages = [m for m in turns[0] if isinstance(m, dict) and m.get("content")]
+    if not messages:
+        raise RowError("empty question")
     if len(messages) == 1:
-        question = messages[0]["content"]
+        question = str(messages[0]["content"])
     else:
-        question = "\n".join(f"{m['role'].capitalize()}: {m['content']}" for m in messages)
+        question = "\n".join(f"{str(m.get('role', 'user')).capitalize()}: {m['content']}" for m in messages)
+    # irrelevance rows may offer no function at all (4 live_irrelevance rows): no call is right
+    functions = _bfcl_functions(row, allow_none=category in BFCL_IRRELEVANCE_CATEGORIES)
+    if category in BFCL_IRRELEVANCE_CATEGORIES:
+        truth = None
+        solution = "Thought: none of the available tools can answer this question, so I call none."
+    else:
+        truth = _bfcl_truth(row.get("ground_truth"), functions, category)
+    reference = {"category": category, "functions": functions, "ground_truth": truth}
+    if truth is not None:
+        solution = ""
+        for choice in ("first", "last", "omit"):
+            text = react_text(reference_calls(reference, choice))
+            if check_bfcl(reference, text)[0]:
+                solution = text
+                break
+        else:
+            log.info("bfcl: %s: BFCL's checker rejects every answer; kept, it scores 0", row.get("id"))
     tools = "".join(_bfcl_tool_doc(f) + "\n" for f in functions) + "\n"
-    answer, solution = _tool_answer([(fname, _bfcl_first(args))])
-    return [
-        _record(TOOL_PROMPT.format(tools=tools, question=question), answer, "tooluse", "bfcl_v4", solution=solution)
-    ]
+    rec = _record(
+        BFCL_PROMPT.format(tools=tools, question=question),
+        json.dumps(reference, ensure_ascii=False),
+        "bfcl",
+        "bfcl_v4",
+        solution=solution,
+    )
+    rec["category"] = category
+    return [rec]
