@@ -3,14 +3,12 @@ sharded safetensors read and copied like single files."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
 import torch
 from workflow_utils import snakemake
 
 from sdpocl.train.paper_base import BaseModelError, build_standin, check_base_available, fetch_base_model
-from sdpocl.train.weights import INDEX, all_finite, copy_model, load_tensors, weight_files
+from sdpocl.train.weights import INDEX, load_tensors, weight_files
 
 
 @pytest.fixture(scope="module")
@@ -35,19 +33,13 @@ def test_standin_is_sharded_with_a_qwen3_chat_template(sharded):
     for name, tensor in model.state_dict().items():
         if name in state:
             assert torch.equal(state[name].to(tensor.dtype), tensor), name
-    assert all_finite(sharded)
-
-
-def test_copy_model_copies_every_shard_and_the_index(sharded, tmp_path):
-    dst = copy_model(sharded, tmp_path / "copy")
-    assert sorted(p.name for p in weight_files(dst)) == sorted(p.name for p in weight_files(sharded))
-    assert json.loads((dst / INDEX).read_text()) == json.loads((sharded / INDEX).read_text())
-    a, b = load_tensors(sharded), load_tensors(dst)
-    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert all(bool(torch.isfinite(t).all()) for t in state.values())
 
 
 def test_missing_shard_is_a_clear_error(sharded, tmp_path):
-    dst = copy_model(sharded, tmp_path / "broken")
+    import shutil
+
+    dst = shutil.copytree(sharded, tmp_path / "broken")
     weight_files(dst)[0].unlink()
     with pytest.raises(FileNotFoundError, match="missing shard"):
         weight_files(dst)

@@ -27,7 +27,7 @@ from sdpocl.config import stable_json
 from sdpocl.io import read_jsonl, write_json, write_jsonl
 from sdpocl.prompts import training_prompt
 from sdpocl.train.plan import BatchPlan, batch_plan, trainer_kwargs
-from sdpocl.train.weights import copy_model, has_weights, load_tensors
+from sdpocl.train.weights import has_weights, load_tensors
 
 __all__ = [
     "build_trainer",
@@ -133,14 +133,18 @@ def _callbacks(tag: str, plan: BatchPlan, patience: int, stop_on_collapse: bool,
 
             step = plan.rollout_step(state.global_step)
             ckpt = Path(args.output_dir) / f"checkpoint-{state.global_step}"
-            teacher = _full_state_dict(self.teacher) if self.teacher is not None else None  # every rank gathers
+            model = kwargs["model"]
+            # every rank takes part in gathering (FSDP); rank 0 writes full safetensors models, whatever
+            # format the trainer's own checkpoint has (FSDP checkpoints hold sharded state, not a model)
+            student = _full_state_dict(model)
+            teacher = _full_state_dict(self.teacher) if self.teacher is not None else None
             if not state.is_world_process_zero:
                 return
             if teacher is not None:
                 save_file(teacher, str(ckpt / "teacher.safetensors"))
             weights, tmp = state_dir / WEIGHTS / f"step-{step}", state_dir / WEIGHTS / f"tmp-step-{step}"
             shutil.rmtree(tmp, ignore_errors=True)
-            copy_model(ckpt, tmp)
+            getattr(model, "module", model).save_pretrained(tmp, state_dict=student, safe_serialization=True)
             tokenizer.save_pretrained(tmp)
             shutil.rmtree(weights, ignore_errors=True)
             os.replace(tmp, weights)

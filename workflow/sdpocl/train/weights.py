@@ -1,20 +1,17 @@
 """Safetensors model directories, single-file or sharded (``model.safetensors.index.json``).
 
-Every reader and copier of weights goes through here, so a sharded checkpoint (a hub snapshot of
+Every reader of weights goes through here, so a sharded checkpoint (a hub snapshot of
 a 4B model, or one saved with a shard size limit) is read and copied like a single file.
 """
 
 from __future__ import annotations
 
 import json
-import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 SINGLE = "model.safetensors"
 INDEX = "model.safetensors.index.json"
-#: files beside the weights that make a directory a loadable transformers model
-MODEL_FILES = ("config.json", "generation_config.json")
 
 
 def weight_files(model_dir: str | Path) -> list[Path]:
@@ -50,26 +47,3 @@ def iter_tensors(model_dir: str | Path, keep: Callable[[str], bool] | None = Non
 
 def load_tensors(model_dir: str | Path, keep: Callable[[str], bool] | None = None) -> dict:
     return dict(iter_tensors(model_dir, keep))
-
-
-def all_finite(model_dir: str | Path) -> bool:
-    import torch
-
-    return all(bool(torch.isfinite(t).all()) for _, t in iter_tensors(model_dir) if t.is_floating_point())
-
-
-def copy_model(src: str | Path, dst: str | Path) -> Path:
-    """Copy a model's weights (all shards and the index) and config files from ``src`` to ``dst``."""
-    src, dst = Path(src), Path(dst)
-    dst.mkdir(parents=True, exist_ok=True)
-    files = weight_files(src) + [src / INDEX] * (src / INDEX).exists()
-    files += [src / name for name in MODEL_FILES if (src / name).exists()]
-    for path in files:
-        shutil.copy2(path, dst / path.name)
-    return dst
-
-
-def load_into(model, model_dir: str | Path) -> None:
-    """Load a model directory's weights into ``model`` (tied weights and missing buffers tolerated)."""
-    state = load_tensors(model_dir)
-    model.load_state_dict(state, strict=False)
