@@ -88,7 +88,7 @@ def test_every_stage_trained_every_rollout_step(rehearsal):
             stage = results / "runs" / run.name / "/".join(chain)
             summary = json.loads((stage / "summary.json").read_text())
             assert summary["steps_done"] == summary["steps_planned"] == CONFIG["train"]["steps"][chain[-1]], stage
-            steps = sorted(p.name for p in (stage / "checkpoints").iterdir())
+            steps = sorted(p.name for p in (stage / "checkpoints").glob("step-*"))
             assert steps == [f"step-{i}" for i in range(1, summary["steps_planned"] + 1)], stage
             assert all(has_weights(stage / "checkpoints" / s) for s in steps) and has_weights(stage / "model")
             resolved = json.loads((stage / "resolved_config.json").read_text())
