@@ -17,7 +17,8 @@ code       `` <think>...</think> ```python\\n...\\n``` ``            ``tests``
 =========  =====================================================  ==============
 
 One module per domain (:mod:`.math`, :mod:`.science`, :mod:`.tooluse`, :mod:`.code`); code is
-executed only through :mod:`sdpocl.rewards.sandbox` (separate, limited process).
+executed only through :mod:`sdpocl.rewards.sandbox` (separate, limited process), math-verify
+only in :mod:`sdpocl.rewards.mathverify`'s worker process.
 """
 
 from __future__ import annotations
@@ -32,9 +33,12 @@ from sdpocl.rewards.code import (
 )
 from sdpocl.rewards.math import (
     BOXED_WINDOW,
+    MATH_TIMEOUT_S,
     boxed_count,
+    configure_math,
     extract_all_boxed,
     extract_boxed,
+    make_math_reward,
     math_answers_equal,
     math_reward,
     normalise_math_answer,
@@ -51,6 +55,8 @@ __all__ = [
     "tooluse_reward",
     "code_reward",
     "make_code_reward",
+    "make_math_reward",
+    "configure_math",
     "completion_text",
     "boxed_count",
     "extract_boxed",
@@ -64,6 +70,7 @@ __all__ = [
     "BOXED_WINDOW",
     "CODE_TIMEOUT_S",
     "CODE_MEMORY_MB",
+    "MATH_TIMEOUT_S",
 ]
 
 REWARD_FUNCS: dict[str, RewardFunc] = {
