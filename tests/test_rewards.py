@@ -451,3 +451,14 @@ def test_make_code_reward_name():
     fn = rewards.make_code_reward(timeout_s=1.0)
     assert fn.__name__ == "code_reward"
     assert fn([GOOD], tests=[TESTS]) == [1.0]
+
+
+def test_code_limits_are_per_test():
+    """Each test gets the whole time limit (upstream: its own process per test)."""
+    slow = "import time\ntime.sleep(0.6)\nassert f(1) == 8"
+    fn = rewards.make_code_reward(timeout_s=1.0, max_workers=1)
+    assert fn([GOOD, WRONG], tests=[[slow] * 3, [slow] * 3]) == [1.0, 0.0]
+    assert rewards.make_code_reward(timeout_s=0.3)([GOOD], tests=[[slow]]) == [0.0]
+    big = "x = bytearray(600 * 2**20)\nassert f(1) == 8"
+    assert rewards.make_code_reward(memory_mb=1024)([GOOD], tests=[[big]]) == [1.0]
+    assert rewards.make_code_reward(memory_mb=256)([GOOD], tests=[[big]]) == [0.0]
