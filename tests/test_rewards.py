@@ -460,5 +460,28 @@ def test_code_limits_are_per_test():
     assert fn([GOOD, WRONG], tests=[[slow] * 3, [slow] * 3]) == [1.0, 0.0]
     assert rewards.make_code_reward(timeout_s=0.3)([GOOD], tests=[[slow]]) == [0.0]
     big = "x = bytearray(600 * 2**20)\nassert f(1) == 8"
-    assert rewards.make_code_reward(memory_mb=1024)([GOOD], tests=[[big]]) == [1.0]
-    assert rewards.make_code_reward(memory_mb=256)([GOOD], tests=[[big]]) == [0.0]
+    assert rewards.make_reward("code", {"code_memory_mb": 1024})([GOOD], tests=[[big]]) == [1.0]
+    assert rewards.make_reward("code", {"code_memory_mb": 256})([GOOD], tests=[[big]]) == [0.0]
+
+
+def test_configure_sets_the_limits_reward_for_uses():
+    slow = "import time\ntime.sleep(0.6)\nassert f(1) == 8"
+    try:
+        assert rewards.configure({"code_timeout_s": 0.3})["code_memory_mb"] == rewards.CODE_MEMORY_MB
+        assert reward_for("code")([GOOD], tests=[[slow]]) == [0.0]
+        rewards.configure({"code_timeout_s": 2.0})
+        assert reward_for("code")([GOOD], tests=[[slow]]) == [1.0]
+        with pytest.raises(ValueError, match="unknown reward limit"):
+            rewards.configure({"code_timeout": 1})
+    finally:
+        rewards.configure()
+    assert rewards.current_limits() == rewards.REWARD_LIMITS
+    assert rewards.make_reward("math", {"math_timeout_s": 2.0}).__name__ == "math_reward"
+    assert rewards.make_reward("science", {"code_timeout_s": 1.0}) is rewards.science_reward
+
+
+def test_reward_limit_defaults_match_the_config_schema():
+    from sdpocl.config import load_schema
+
+    props = load_schema()["properties"]["rewards"]["properties"]
+    assert {k: v["default"] for k, v in props.items()} == rewards.REWARD_LIMITS

@@ -42,8 +42,8 @@ VARIANT_RUNS = [name for name, run in RUNS.items() if run.cot or run.mask_prob >
 DATA_SOURCES = (
     "" if not config["data"]["sources"] else f"--sources {shlex.quote(stable_json(config['data']['sources']))}"
 )
-#: what a changed value of must re-evaluate: sampling, limits and the chat template
-EVAL_SETTINGS = stable_json({**config["evaluate"], "chat_template": not TINY})
+#: what a changed value of must re-evaluate: sampling, limits, the chat template and the scoring limits
+EVAL_SETTINGS = stable_json({**config["evaluate"], "chat_template": not TINY, "rewards": config["rewards"]})
 
 
 wildcard_constraints:

@@ -211,7 +211,7 @@ def train_stage(
     from datasets import Dataset
     from transformers import AutoTokenizer, PrinterCallback
 
-    from sdpocl.rewards import make_code_reward, reward_for
+    from sdpocl.rewards import make_reward
     from sdpocl.train.methods import get_method
     from sdpocl.train.trainers import FAMILIES
 
@@ -256,10 +256,7 @@ def train_stage(
     args = config_cls(**kwargs)
 
     tokenizer = AutoTokenizer.from_pretrained(parent)
-    if settings["domain"] == "code":
-        reward = make_code_reward(timeout_s=settings["code_timeout_s"])
-    else:
-        reward = reward_for(settings["domain"])
+    reward = make_reward(settings["domain"], settings.get("rewards"))
     progress, teacher_state = _callbacks(tag, settings["collapse_patience"], settings["stop_on_collapse"])
     trainer = trainer_cls(
         model=str(parent),
