@@ -139,8 +139,8 @@ def main() -> None:
             secs.append(s)
         per_k = 1000 / a.n
         print(
-            f"  {label:32s} {min(secs) * per_k:7.2f} s / 1,000 answers (median {statistics.median(secs) * per_k:.2f} s;"
-            f" {min(secs) / a.n * 1e3:.2f} ms each; mean reward {acc:.2f})"
+            f"  {label:32s} {min(secs) * per_k:8.3f} s / 1,000 answers (median {statistics.median(secs) * per_k:.3f} s;"
+            f" {min(secs) / a.n * 1e3:.3f} ms each; mean reward {acc:.2f})"
         )
 
 
