@@ -21,8 +21,8 @@ Limits, all enforced by the caller with ``select`` deadlines (nothing here can b
 * **per answer** ``timeout_s`` + 1 s from the previous answer: if no verdict comes back (the
   worker is stuck where the alarm cannot reach, or crashed), the worker is killed (its process
   group), that answer scores False, and a fresh worker takes the rest of the batch;
-* **per batch** ``timeout_s + BATCH_S_PER_ANSWER * len(pairs)`` (or ``budget_s``): when it runs
-  out the worker is killed and every answer without a verdict scores False;
+* **per batch** ``timeout_s + BATCH_S_PER_ANSWER`` (1 s) x the distinct pairs (or ``budget_s``):
+  when it runs out the worker is killed and every answer without a verdict scores False;
 * **start** ``START_TIMEOUT_S`` for the first start of a worker (importing sympy); a restart
   within a batch counts against the batch budget.
 
