@@ -306,6 +306,11 @@ EVAL_RULES = {
             | BRANCH_PLOTS,
             id="train.steps.code",
         ),
+        pytest.param(  # one block for training and evaluation: code stages and every evaluation
+            lambda c: c["rewards"].update(code_timeout_s=1.5),
+            {"train_stage", "compute_drift"} | EVAL_RULES | BRANCH_PLOTS,
+            id="rewards.code_timeout_s",
+        ),
         pytest.param(
             lambda c: c["data"].update(test_size=20),
             {"prepare_data", "domain_distance"} | EVAL_RULES | PLOT_RULES,
@@ -319,7 +324,7 @@ def test_single_key_edit_reruns_only_its_readers(smoke_results, tmp_path, edit, 
     out = dry_run(smoke_results, configfile=write_config(tmp_path, cfg))
     assert set(scheduled_jobs(out)) == expected | {ALL}, describe_jobs(out)
     train = job_wildcards(out, "train_stage")
-    if "train_stage" in expected:  # train.steps.code: only the stages that end in code
+    if "train_stage" in expected:  # train.steps.code, rewards.code_*: only the stages that end in code
         assert train and all(wc["chain"].split("/")[-1] == "code" for wc in train), train
 
 

@@ -106,6 +106,30 @@ def test_stage_settings_change_only_for_the_edited_run(smoke_config):
     assert changed == ["grpo_s0"]
 
 
+def test_reward_limits_reach_only_their_domains_stages(smoke_config):
+    """rewards.* is one block for training and evaluation; a stage holds its domain's keys only."""
+    config = validate_config(smoke_config)
+    assert config["rewards"] == {"code_timeout_s": 1.0, "code_memory_mb": 1024, "math_timeout_s": 5.0}
+    run = expand_runs(config)[0]
+    assert stage_settings(config, run, ("math", "science", "tooluse", "code"))["rewards"] == {
+        "code_timeout_s": 1.0,
+        "code_memory_mb": 1024,
+    }
+    assert stage_settings(config, run, ("math",))["rewards"] == {"math_timeout_s": 5.0}
+    assert stage_settings(config, run, ("math", "science"))["rewards"] == {}
+    before = {d: stable_json(stage_settings(config, run, (d,))) for d in ("math", "science", "code")}
+    smoke_config["rewards"]["code_memory_mb"] = 2048
+    config = validate_config(smoke_config)
+    after = {d: stable_json(stage_settings(config, run, (d,))) for d in ("math", "science", "code")}
+    assert [d for d in before if before[d] != after[d]] == ["code"]
+
+
+def test_old_train_code_timeout_names_its_new_place(smoke_config):
+    smoke_config["train"]["code_timeout_s"] = 1.0
+    with pytest.raises(ConfigError, match=r"train\.code_timeout_s.*rewards\.code_timeout_s"):
+        validate_config(smoke_config)
+
+
 def test_command_line_overrides_get_the_schema_types(smoke_config):
     """`snakemake --config seeds=[0,1,2]` hands list items (and values in mappings) over as strings."""
     overrides = {

@@ -112,6 +112,43 @@ def test_process_results_is_the_mean_over_samples():
     assert process_results(doc, [[WRONG] * 8]) == {"acc": 0.0}
 
 
+def test_evaluation_scores_with_the_configured_reward_limits(tmp_path, monkeypatch):
+    """evaluate_model sets the config's reward limits before lm-eval scores; lm-eval's
+    process_results (and its memo) then use them -- a slow but correct solution that the default
+    limits pass fails under a tight code_timeout_s, and the other way round."""
+    from sdpocl import rewards
+    from sdpocl.evaluate import run
+
+    doc = {"domain": "code", "answer": "", "tests": ["import time\ntime.sleep(0.6)\nassert f(1) == 8"]}
+    sample = " <think>t</think> ```python\ndef f(x):\n    return x + 7\n```"
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+
+    class Stop(Exception):
+        pass
+
+    def stop(*a, **k):
+        raise Stop
+
+    monkeypatch.setattr(run, "make_lm", stop)
+    settings = {"backend": "hf", "samples": 1, "max_gen_toks": 8, "batch_size": 1, "seed": 0}
+    try:
+        for timeout_s, want in [(0.3, 0.0), (2.0, 1.0), (0.3, 0.0)]:
+            with pytest.raises(Stop):
+                run.evaluate_model(
+                    model,
+                    tmp_path,
+                    ["x"],
+                    tmp_path / "out",
+                    settings={**settings, "rewards": {"code_timeout_s": timeout_s}},
+                )
+            assert rewards.current_limits()["code_timeout_s"] == timeout_s
+            assert process_results(doc, [[sample]]) == {"acc": want}
+    finally:
+        rewards.configure()
+
+
 def test_summarize_acc_and_stderr_over_prompts():
     recs = [
         {"responses": ["a"] * 4, "scores": s, "n_tokens": [3] * 4, "truncated": [False] * 4}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
@@ -135,6 +136,174 @@ def test_math_box_outside_final_window_ignored():
 
 def test_math_chat_format():
     assert math_reward([chat(" <think>1+1=2</think> \\boxed{2}")], answer=["2"]) == [1.0]
+
+
+# MATH-500 answer kinds: (reference, an equivalent answer a model writes)
+EQUIVALENT = [
+    ("\\frac{1}{2}", "0.5"),  # fraction / decimal
+    ("0.5", "\\frac{1}{2}"),
+    ("-\\frac{1}{2}", "-0.5"),
+    ("\\frac{14}{3}", "\\dfrac{14}{3}"),  # \dfrac / \tfrac
+    ("\\frac{3}{4}", "\\tfrac{3}{4}"),
+    ("\\frac{1}{2}", "\\frac12"),  # brace-less fraction
+    ("\\frac{1}{2}", "1/2"),
+    ("\\left( 3, \\frac{\\pi}{2} \\right)", "(3,\\frac{\\pi}{2})"),  # \left( ... \right)
+    ("(-\\infty, 2]", "(-\\infty,2]"),  # intervals
+    ("[2, 5)", "[2,5)"),
+    ("(-\\infty,-2) \\cup (3,\\infty)", "(-\\infty,-2)\\cup(3,\\infty)"),
+    ("\\{1,2\\}", "\\{2,1\\}"),  # sets
+    ("1,2", "\\{1,2\\}"),
+    ("10^\\circ", "10"),  # degrees
+    ("10", "10^{\\circ}"),
+    ("10\\text{ cm}", "10"),  # units and \text{}
+    ("5", "5\\text{ inches}"),
+    ("\\text{Evelyn}", "Evelyn"),
+    ("\\text{(C)}", "C"),
+    ("\\$18.90", "18.90"),
+    ("12\\%", "12"),
+    ("2\\sqrt{2}", "\\sqrt{8}"),  # radicals
+    ("3\\sqrt{13}", "\\sqrt{117}"),
+    ("\\frac{\\sqrt{3}}{2}", "\\frac{1}{2}\\sqrt{3}"),
+    ("5", "x=5"),  # equations
+    ("x=5", "5"),
+    ("x^2+2x+1", "(x+1)^2"),  # expressions
+    ("1000", "10^3"),
+    ("\\begin{pmatrix} 1 \\\\ 2 \\end{pmatrix}", "\\begin{pmatrix}1\\\\2\\end{pmatrix}"),
+]
+NOT_EQUIVALENT = [
+    ("\\frac{1}{2}", "\\frac{1}{3}"),
+    ("\\frac{14}{3}", "\\dfrac{3}{14}"),
+    ("0.5", "0.50001"),
+    ("\\left( 3, \\frac{\\pi}{2} \\right)", "(3,\\frac{\\pi}{3})"),
+    ("[2,5)", "(2,5)"),  # open vs half-open
+    ("(-\\infty, 2]", "(-\\infty,2)"),
+    ("\\{1,2\\}", "\\{1,3\\}"),
+    ("10^\\circ", "20"),
+    ("10\\text{ cm}", "100"),
+    ("\\text{east}", "\\text{west}"),
+    ("\\text{(C)}", "D"),
+    ("2\\sqrt{2}", "\\sqrt{7}"),
+    ("5", "x=6"),
+    ("x^2+2x+1", "(x-1)^2"),
+    ("\\pi", "3.14"),
+    ("4", "\\text{four}"),
+    ("68", "69"),
+]
+
+
+def boxed(answer: str) -> str:
+    return f" <think>work</think> The answer is \\boxed{{{answer}}}."
+
+
+def test_math_latex_equivalent_answers_score_one():
+    preds = [boxed(pred) for _, pred in EQUIVALENT]
+    got = math_reward(preds, answer=[ref for ref, _ in EQUIVALENT])
+    assert got == [1.0] * len(EQUIVALENT), [pair for pair, g in zip(EQUIVALENT, got) if g != 1.0]
+
+
+def test_math_latex_different_answers_score_zero():
+    preds = [boxed(pred) for _, pred in NOT_EQUIVALENT]
+    got = math_reward(preds, answer=[ref for ref, _ in NOT_EQUIVALENT])
+    assert got == [0.0] * len(NOT_EQUIVALENT), [pair for pair, g in zip(NOT_EQUIVALENT, got) if g != 0.0]
+
+
+def test_math_verify_needs_the_delimiters_we_add():
+    """math-verify finds LaTeX only inside math delimiters: unwrapped, \\dfrac{14}{3} does not
+    parse, so the reward wraps both sides itself."""
+    from math_verify import parse
+
+    for bare in ("\\dfrac{14}{3}", "\\sqrt{8}", "\\{1,2\\}"):
+        assert parse(bare) == [], bare
+    assert rewards.math_answers_equal("\\dfrac{14}{3}", "\\frac{14}{3}")
+    assert rewards.math_answers_equal("$\\sqrt{8}$", "2\\sqrt{2}")  # its own $...$ is stripped first
+
+
+def test_math_plain_numbers_never_reach_math_verify(monkeypatch):
+    """The tiny preset's answers are numbers: string / numeric equality decides them alone."""
+    from sdpocl.rewards import mathverify
+
+    def boom(*a, **k):
+        raise AssertionError("math-verify called for plain numbers")
+
+    monkeypatch.setattr(mathverify, "verify_pairs", boom)
+    comps = [boxed("68"), boxed("68.0"), boxed("69"), boxed("1,000"), boxed("-.5"), " no box"]
+    assert math_reward(comps, answer=["68", "68", "68", "1000", "-0.5", "68"]) == [1, 1, 0, 1, 1, 0]
+
+
+def test_math_reward_from_another_thread():
+    """TRL and lm-eval may call rewards outside the main thread, where math-verify's own
+    signal-based timeouts raise: the worker process runs it in its own main thread."""
+    import threading
+
+    out = {}
+    thread = threading.Thread(target=lambda: out.update(r=math_reward([boxed("\\frac12")], answer=["0.5"])))
+    thread.start()
+    thread.join(60)
+    assert out["r"] == [1.0]
+
+
+HOSTILE = [
+    "9^{9^{9^{9}}}",
+    "(x+1)^{100000}",
+    "99999999!",
+    "+".join(["\\frac{1}{2}"] * 20000),  # 240 kB
+    "{" * 50000 + "1" + "}" * 50000,
+    "\\sqrt{" * 3000 + "2" + "}" * 3000,
+]
+
+
+def test_math_hostile_answers_cannot_hang_a_batch():
+    """Each answer has math_timeout_s; the batch has its budget; good answers around hostile
+    ones still score."""
+    from sdpocl.rewards import mathverify
+
+    mathverify.verify_pairs([("1", "1.0")])  # worker started: its start is not the batch's time
+    comps, answers = [], []
+    for h in HOSTILE:
+        comps += [boxed("\\frac{1}{2}"), boxed(h)]
+        answers += ["0.5", "5"]
+    reward = rewards.make_math_reward(timeout_s=1.0)
+    t0 = time.monotonic()
+    got = reward(comps, answer=answers)
+    elapsed = time.monotonic() - t0
+    print(f"\n{len(comps)} answers, {len(HOSTILE)} hostile: {elapsed:.2f} s")
+    assert got == [1.0, 0.0] * len(HOSTILE)
+    assert elapsed < len(HOSTILE) * 1.0 + 2.0  # each hostile answer costs at most its 1 s
+
+
+def test_math_batch_budget_runs_out_and_worker_is_replaced(caplog):
+    from sdpocl.rewards import mathverify
+
+    pairs = [("5", "9^{9^{9^{9}}}"), ("5", "(x+1)^{100000}"), ("\\frac{1}{2}", "0.5")]
+    t0 = time.monotonic()
+    assert mathverify.verify_pairs(pairs, timeout_s=5.0, budget_s=1.5) == [False, False, False]
+    assert time.monotonic() - t0 < 1.5 + 1.0
+    assert "budget" in caplog.text
+    # a fresh worker takes the next batch
+    assert mathverify.verify_pairs([("\\frac{1}{2}", "0.5")]) == [True]
+
+
+def test_math_stuck_worker_is_killed_and_the_rest_of_the_batch_goes_on(monkeypatch, caplog):
+    """A worker that gives no verdict within timeout + grace (e.g. stuck in C code, where its
+    alarm cannot reach) is killed; that answer scores 0 and a new worker scores the rest."""
+    from sdpocl.rewards import mathverify
+
+    mathverify.verify_pairs([("1", "1.0")])
+    # the caller gives up 0.5 s after each verdict while the worker's own alarm is at 3 s
+    monkeypatch.setattr(mathverify, "_GRACE_S", -2.5)
+    first = mathverify._worker
+    pairs = [("\\frac{1}{2}", "0.5"), ("5", "9^{9^{9^{9}}}"), ("\\frac{14}{3}", "\\dfrac{14}{3}")]
+    t0 = time.monotonic()
+    assert mathverify.verify_pairs(pairs, timeout_s=3.0, budget_s=30.0) == [True, False, True]
+    assert time.monotonic() - t0 < 3.0
+    assert mathverify._worker is not first and first.proc.poll() is not None  # killed, replaced
+    assert "no verdict" in caplog.text
+
+
+def test_math_timeouts_come_from_the_limits():
+    assert rewards.make_math_reward(timeout_s=2.0).__name__ == "math_reward"
+    with pytest.raises(ValueError):
+        rewards.make_math_reward(timeout_s=0)
 
 
 def test_boxed_count():
@@ -282,3 +451,37 @@ def test_make_code_reward_name():
     fn = rewards.make_code_reward(timeout_s=1.0)
     assert fn.__name__ == "code_reward"
     assert fn([GOOD], tests=[TESTS]) == [1.0]
+
+
+def test_code_limits_are_per_test():
+    """Each test gets the whole time limit (upstream: its own process per test)."""
+    slow = "import time\ntime.sleep(0.6)\nassert f(1) == 8"
+    fn = rewards.make_code_reward(timeout_s=1.0, max_workers=1)
+    assert fn([GOOD, WRONG], tests=[[slow] * 3, [slow] * 3]) == [1.0, 0.0]
+    assert rewards.make_code_reward(timeout_s=0.3)([GOOD], tests=[[slow]]) == [0.0]
+    big = "x = bytearray(600 * 2**20)\nassert f(1) == 8"
+    assert rewards.make_reward("code", {"code_memory_mb": 1024})([GOOD], tests=[[big]]) == [1.0]
+    assert rewards.make_reward("code", {"code_memory_mb": 256})([GOOD], tests=[[big]]) == [0.0]
+
+
+def test_configure_sets_the_limits_reward_for_uses():
+    slow = "import time\ntime.sleep(0.6)\nassert f(1) == 8"
+    try:
+        assert rewards.configure({"code_timeout_s": 0.3})["code_memory_mb"] == rewards.CODE_MEMORY_MB
+        assert reward_for("code")([GOOD], tests=[[slow]]) == [0.0]
+        rewards.configure({"code_timeout_s": 2.0})
+        assert reward_for("code")([GOOD], tests=[[slow]]) == [1.0]
+        with pytest.raises(ValueError, match="unknown reward limit"):
+            rewards.configure({"code_timeout": 1})
+    finally:
+        rewards.configure()
+    assert rewards.current_limits() == rewards.REWARD_LIMITS
+    assert rewards.make_reward("math", {"math_timeout_s": 2.0}).__name__ == "math_reward"
+    assert rewards.make_reward("science", {"code_timeout_s": 1.0}) is rewards.science_reward
+
+
+def test_reward_limit_defaults_match_the_config_schema():
+    from sdpocl.config import load_schema
+
+    props = load_schema()["properties"]["rewards"]["properties"]
+    assert {k: v["default"] for k, v in props.items()} == rewards.REWARD_LIMITS

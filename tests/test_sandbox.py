@@ -321,3 +321,78 @@ def test_empty_batch_and_bad_arguments():
         run_batch(["pass"], _disable_layers=["nonsense"])
     with pytest.raises(TypeError):
         run_batch([[1, 2]])
+
+
+# --------------------------------------------------------------------------- #
+# one process per unit test
+# --------------------------------------------------------------------------- #
+SOLUTION = "def f(x):\n    return x + 7"
+
+
+def test_each_test_runs_in_its_own_process():
+    """A test sees the program's definitions but nothing an earlier test left behind."""
+    tests = [
+        "import os\nassert f(1) == 8\nLEAK = os.getpid()\nopen('scratch', 'w').write('x')",
+        "import os\nassert 'LEAK' not in globals()\nassert not os.path.exists('scratch')",
+    ]
+    res = run_batch([SOLUTION], tests=[tests], timeout_s=TIMEOUT)
+    assert res[0].ok and res[0].tests_passed == 2, res[0].reason
+
+
+def test_time_limit_is_per_test():
+    """Three tests of 0.6 s each pass under a 1 s limit per test (1.8 s in all)."""
+    slow = "import time\ntime.sleep(0.6)\nassert f(1) == 8"
+    res = run_batch([SOLUTION], tests=[[slow] * 3], timeout_s=TIMEOUT, max_workers=1)
+    assert res[0].ok, res[0].reason
+    too_slow = "import time\ntime.sleep(5)"
+    res = run_batch([SOLUTION], tests=[["assert f(1) == 8", too_slow]], timeout_s=TIMEOUT)
+    assert not res[0].ok and res[0].reason == "test 2/2: timeout" and res[0].tests_passed == 1
+
+
+def test_memory_limit_is_per_test():
+    """Each test may use (nearly) the whole limit; more than that fails."""
+    big = "x = bytearray(600 * 2**20)\nassert len(x) > 0"
+    res = run_batch([SOLUTION, SOLUTION], tests=[[big] * 3, ["x = bytearray(1500 * 2**20)"]], memory_mb=1024)
+    assert res[0].ok, res[0].reason
+    assert not res[1].ok and "MemoryError" in res[1].reason
+
+
+def test_no_test_starts_after_a_failure():
+    """Tests start in order and stop at the first failure (with one worker, nothing after it runs)."""
+    tests = ["assert f(1) == 9"] + ["import time\ntime.sleep(0.9)"] * 5
+    t0 = time.monotonic()
+    res = run_batch([SOLUTION], tests=[tests], timeout_s=TIMEOUT, max_workers=1)
+    assert time.monotonic() - t0 < 0.8
+    assert not res[0].ok and res[0].reason.startswith("test 1/6: AssertionError") and res[0].tests_passed == 0
+
+
+def test_a_failure_kills_the_programs_running_tests():
+    """With spare workers later tests run alongside; once one fails the others are killed."""
+    tests = ["import time\ntime.sleep(30)"] * 3 + ["assert f(1) == 9"]
+    t0 = time.monotonic()
+    res = run_batch([SOLUTION], tests=[tests], timeout_s=60.0, max_workers=4)
+    assert time.monotonic() - t0 < 5
+    assert not res[0].ok and res[0].reason.startswith("test 4/4: AssertionError")
+
+
+def test_tests_mixed_batch_keeps_order_and_guarantees(victim):
+    d, f = victim
+    programs = [SOLUTION, "def f(x):\n    return x", SOLUTION, SOLUTION, SOLUTION]
+    tests = [
+        ["assert f(1) == 8", "assert f(-3) == 4"],
+        ["assert f(1) == 8"],
+        ["while True: pass"],
+        [f"import shutil\nshutil.rmtree({str(d)!r})"],
+        [],  # no tests: the program itself is the unit
+    ]
+    res = run_batch(programs, tests=tests, timeout_s=TIMEOUT)
+    assert [r.ok for r in res] == [True, False, False, False, True], [r.reason for r in res]
+    assert "timeout" in res[2].reason or "SIGXCPU" in res[2].reason
+    _intact(d, f)
+
+
+def test_tests_argument_is_checked():
+    with pytest.raises(ValueError):
+        run_batch(["pass", "pass"], tests=[["pass"]])
+    with pytest.raises(TypeError):
+        run_batch(["pass"], tests=["assert True"])

@@ -51,8 +51,8 @@ VARIANT_RUNS = [name for name, run in RUNS.items() if run.cot or run.mask_prob >
 DATA_SOURCES = (
     "" if not config["data"]["sources"] else f"--sources {shlex.quote(stable_json(config['data']['sources']))}"
 )
-#: what a changed value of must re-evaluate: sampling, limits and the chat template
-EVAL_SETTINGS = stable_json({**config["evaluate"], **resolve_prompt_format(config)})
+#: what a changed value of must re-evaluate: sampling, limits, the prompt format and the scoring limits
+EVAL_SETTINGS = stable_json({**config["evaluate"], **resolve_prompt_format(config), "rewards": config["rewards"]})
 
 
 wildcard_constraints:

@@ -65,8 +65,13 @@ def validate_config(config: dict) -> dict:
 
     schema = load_schema()
     # Sub-objects with only defaulted keys may be missing entirely: create them so defaults apply.
-    for key in ("base", "data", "drift", "evaluate", "plots", "prompt_format"):
+    for key in ("base", "data", "drift", "evaluate", "plots", "prompt_format", "rewards"):
         config.setdefault(key, {})
+    if isinstance(config.get("train"), dict) and "code_timeout_s" in config["train"]:
+        raise ConfigError(
+            "config error at 'train.code_timeout_s': moved to 'rewards.code_timeout_s' "
+            "(the same limits now apply in training and evaluation)"
+        )
     validator = _fill_defaults(Draft202012Validator)(schema)
     errors = sorted(validator.iter_errors(config), key=lambda e: (len(e.absolute_path), list(map(str, e.path))))
     if errors:
@@ -252,6 +257,12 @@ def chains_for(config: dict, run: RunSpec) -> list[tuple[str, ...]]:
     return chains
 
 
+def reward_settings(config: dict, domain: str) -> dict:
+    """The ``rewards`` limits that score ``domain`` (its ``<domain>_*`` keys): a stage's settings hold
+    only these, so changing the code limits reruns code stages only."""
+    return {k: v for k, v in config["rewards"].items() if k.startswith(f"{domain}_")}
+
+
 def stage_settings(config: dict, run: RunSpec, chain: tuple[str, ...]) -> dict:
     """Everything that determines a stage's result (and nothing else), for params tracking and the trainer."""
     domain = chain[-1]
@@ -280,7 +291,7 @@ def stage_settings(config: dict, run: RunSpec, chain: tuple[str, ...]) -> dict:
         "weight_decay": train["weight_decay"],
         "max_grad_norm": train["max_grad_norm"],
         "warmup_steps": train["warmup_steps"],
-        "code_timeout_s": train["code_timeout_s"],
+        "rewards": reward_settings(config, domain),
         "collapse_patience": train["collapse_patience"],
         "stop_on_collapse": train["stop_on_collapse"],
         "seed": run.seed,

@@ -191,8 +191,13 @@ def evaluate_model(
     from lm_eval import simple_evaluate
     from lm_eval.tasks import TaskManager
 
+    from sdpocl import rewards
+
     if threads:
         torch.set_num_threads(threads)
+    # the training limits score the samples (process_results -> reward_for); settings without
+    # a "rewards" block (older callers) get the defaults
+    rewards.configure(settings.get("rewards"))
     backend = choose_backend(settings["backend"])
     k, max_gen = settings["samples"], settings["max_gen_toks"]
     t0 = time.time()

@@ -44,13 +44,19 @@ SYSTEM_DESCRIPTION = "{{ (system if system is defined else '') or '' }}"
 
 
 def score_samples(doc: dict, responses: list[str]) -> list[float]:
-    """Reward of each sampled response, with the record's training reward (memoised, so the
-    sample log reuses lm-eval's scoring instead of running generated code twice)."""
-    return list(_score(doc["domain"], str(doc.get("answer", "")), tuple(doc.get("tests") or ()), tuple(responses)))
+    """Reward of each sampled response, with the record's training reward and the limits set by
+    ``sdpocl.rewards.configure`` (memoised per limits, so the sample log reuses lm-eval's scoring
+    instead of running generated code twice)."""
+    from sdpocl.rewards import current_limits
+
+    limits = tuple(sorted(current_limits().items()))
+    return list(
+        _score(doc["domain"], str(doc.get("answer", "")), tuple(doc.get("tests") or ()), tuple(responses), limits)
+    )
 
 
 @functools.lru_cache(maxsize=4096)
-def _score(domain: str, answer: str, tests: tuple, responses: tuple) -> tuple:
+def _score(domain: str, answer: str, tests: tuple, responses: tuple, limits: tuple) -> tuple:
     from sdpocl.rewards import reward_for
 
     n = len(responses)

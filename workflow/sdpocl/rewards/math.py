@@ -1,4 +1,11 @@
-"""Math reward: the last ``\\boxed{}`` in the final 100 characters equals the reference answer."""
+"""Math reward: the last ``\\boxed{}`` in the final 100 characters equals the reference answer.
+
+Equal means, as upstream (PAPER.md, rewards): the normalised strings are equal; else, when both
+are plain numbers, they are numerically equal (relative 1e-9; this decides, so the tiny preset's
+integer answers never reach sympy -- math-verify would round both to 6 decimals first); else HF
+math-verify decides, ``verify(parse(gold), parse(pred))`` with both wrapped in ``\\boxed{}``, in a
+worker process with a per-answer timeout and a per-batch budget (:mod:`sdpocl.rewards.mathverify`).
+"""
 
 from __future__ import annotations
 
@@ -7,7 +14,10 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from sdpocl.rewards.text import _column, completion_text
+from sdpocl.rewards import mathverify
+from sdpocl.rewards.text import RewardFunc, _column, completion_text
+
+MATH_TIMEOUT_S = mathverify.MATH_TIMEOUT_S  # math-verify time per answer (config: rewards.math_timeout_s)
 
 BOXED_WINDOW = 100  # the scored \boxed{...} must start within the final 100 chars
 
@@ -110,8 +120,8 @@ def _as_number(s: str) -> float | None:
     return v if math.isfinite(v) else None
 
 
-def math_answers_equal(pred: Any, ref: Any) -> bool:
-    """Normalised string equality, or numeric equality if both parse as numbers."""
+def _fast_equal(pred: Any, ref: Any) -> bool | None:
+    """String / numeric verdict, or None when math-verify has to decide."""
     if pred is None or ref is None:
         return False
     p, r = normalise_math_answer(pred), normalise_math_answer(ref)
@@ -120,12 +130,63 @@ def math_answers_equal(pred: Any, ref: Any) -> bool:
     if p == r:
         return True
     pv, rv = _as_number(p), _as_number(r)
-    if pv is None or rv is None:
-        return False
-    return math.isclose(pv, rv, rel_tol=1e-9, abs_tol=1e-12)
+    if pv is not None and rv is not None:
+        return math.isclose(pv, rv, rel_tol=1e-9, abs_tol=1e-12)
+    return None
+
+
+def math_answers_equal(pred: Any, ref: Any, *, timeout_s: float | None = None) -> bool:
+    """Normalised string equality; numeric equality if both are plain numbers; else math-verify
+    (``timeout_s`` per answer, default the configured one)."""
+    fast = _fast_equal(pred, ref)
+    if fast is not None:
+        return fast
+    return mathverify.verify_pairs([(ref, pred)], timeout_s=timeout_s or _limits["timeout_s"])[0]
+
+
+def score_math(completions: Sequence[Any], answers: Sequence[Any], timeout_s: float) -> list[float]:
+    """1.0 / 0.0 per completion: its final box against its answer (one math-verify batch)."""
+    out = [0.0] * len(completions)
+    todo: list[int] = []
+    pairs: list[tuple[Any, str]] = []
+    for i, (c, a) in enumerate(zip(completions, answers)):
+        pred = extract_boxed(c)
+        fast = _fast_equal(pred, a)
+        if fast is None:
+            todo.append(i)
+            pairs.append((a, pred))
+        elif fast:
+            out[i] = 1.0
+    if pairs:
+        for i, ok in zip(todo, mathverify.verify_pairs(pairs, timeout_s=timeout_s)):
+            out[i] = 1.0 if ok else 0.0
+    return out
+
+
+_limits = {"timeout_s": MATH_TIMEOUT_S}
+
+
+def configure_math(timeout_s: float = MATH_TIMEOUT_S) -> None:
+    """Set the math-verify time per answer that :func:`math_reward` (``reward_for("math")``) uses."""
+    if not timeout_s > 0:
+        raise ValueError("math timeout_s must be positive")
+    _limits["timeout_s"] = float(timeout_s)
+
+
+def make_math_reward(timeout_s: float = MATH_TIMEOUT_S) -> RewardFunc:
+    """A math reward function (named ``math_reward``) with its own math-verify time per answer."""
+    if not timeout_s > 0:
+        raise ValueError("math timeout_s must be positive")
+
+    def math_reward(completions: Sequence[Any], answer: Sequence[Any] | None = None, **kwargs) -> list[float]:
+        """1.0 iff the last ``\\boxed{}`` in the final 100 characters equals ``answer``."""
+        return score_math(completions, _column(answer, len(completions), "answer"), timeout_s)
+
+    math_reward.__qualname__ = "math_reward"
+    return math_reward
 
 
 def math_reward(completions: Sequence[Any], answer: Sequence[Any] | None = None, **kwargs) -> list[float]:
-    """1.0 iff the last ``\\boxed{}`` in the final 100 characters equals ``answer``."""
-    answers = _column(answer, len(completions), "answer")
-    return [1.0 if math_answers_equal(extract_boxed(c), a) else 0.0 for c, a in zip(completions, answers)]
+    """1.0 iff the last ``\\boxed{}`` in the final 100 characters equals ``answer`` (string,
+    number, then math-verify with the configured time per answer: :func:`configure_math`)."""
+    return score_math(completions, _column(answer, len(completions), "answer"), _limits["timeout_s"])

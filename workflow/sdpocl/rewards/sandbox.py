@@ -2,31 +2,40 @@
 
 Public API
 ----------
-``run_batch(programs, *, timeout_s=2.0, memory_mb=256, ...) -> list[SandboxResult]``
-    Run many programs; one result (``ok``, ``reason``, ``wall_s``, ``layers``) per
-    program, in order.  ``SandboxResult`` is truthy iff ``ok``.
+``run_batch(programs, *, tests=None, timeout_s=2.0, memory_mb=256, ...) -> list[SandboxResult]``
+    Run many programs, each against its unit tests; one result (``ok``, ``reason``,
+    ``wall_s``, ``layers``, ``tests_passed``) per program, in order.  ``SandboxResult``
+    is truthy iff ``ok``.
 ``run_program(program, **kw) -> SandboxResult``
     Convenience wrapper for a single program.
 ``sandbox_layers() -> tuple[str, ...]``
     Which isolation layers actually engage on this machine (runs a no-op program).
 
 A *program* is either one source string or a sequence of source strings
-("segments", e.g. ``[solution_code, "assert f(1) == 8", ...]``).  Segments are
-compiled separately (so one cannot swallow the next) and executed in order in one
-fresh module namespace (``__name__ == "solution"``, so ``if __name__ ==
-"__main__":`` blocks are skipped, as in HumanEval/MBPP-style harnesses).  A
-program succeeds iff every segment runs to the end without raising
-(``SystemExit`` included) within the limits.
+("segments", e.g. ``[solution_code, helper]``); ``tests`` optionally gives each
+program a list of test sources (e.g. ``["assert f(1) == 8", ...]``).  A *unit* is one
+test together with its program -- or, for a program without tests, the program
+alone -- and runs in its own process with its own limits (as upstream's code
+reward: one process per test, the test's time limit + 1 s, 1 GB).  The segments of
+a unit (the program's, then the test) are compiled separately (so one cannot
+swallow the next) and executed in order in one fresh module namespace
+(``__name__ == "solution"``, so ``if __name__ == "__main__":`` blocks are skipped,
+as in HumanEval/MBPP-style harnesses).  A unit succeeds iff every segment runs to
+the end without raising (``SystemExit`` included) within the limits; a program
+succeeds iff all its units do.  A program's tests start in order; none starts after
+one of them has failed, and its tests still running then are killed unscored.
 
 Design
 ------
 Model code never runs in the caller's process.  ``run_batch`` starts ONE runner
 process per batch (``python -I -S <this file> --sandbox-runner``: isolated mode,
 no site-packages, minimal environment, its own session) and sends it the programs
-as JSON on stdin.  The runner ``fork()``s one child per program (a bounded number
-run concurrently, so a batch costs ~1 ms per trivial program instead of one
-interpreter start-up each) and reports ``ok``/``reason`` per program as JSON on
-stdout.  Each child, before touching the untrusted source:
+and their tests as JSON on stdin.  The runner ``fork()``s one child per unit (a
+bounded number run concurrently -- ``max_workers``, default the CPUs available, at
+most 8 -- so a batch costs ~1 ms per trivial unit instead of one interpreter
+start-up each; units start breadth first: every program's first test, then every
+second one, ...) and reports ``ok``/``reason`` per program as JSON on stdout.  Each
+child, before touching the untrusted source:
 
 1. ``setsid()`` (own process group, so the runner can ``killpg`` it); stdin, stdout
    and stderr become ``/dev/null``; all other descriptors except a private result
@@ -63,7 +72,7 @@ stdout.  Each child, before touching the untrusted source:
    ``sys.addaudithook``, ``sys.settrace``/``setprofile``, ``sys._getframe``,
    ``sys._current_frames``, ``gc.get_objects``/``get_referrers``/``get_referents``
    and access to ``tb_frame``/``gi_frame``/``cr_frame``/``ag_frame``.
-8. success handshake: after the last segment the child writes a random per-program
+8. success handshake: after the last segment the child writes a random per-unit
    token (held only in a local variable; the frame/gc introspection needed to steal
    it is blocked above) to the result pipe.  Exit status 0 alone is NOT success, so
    ``os._exit(0)``, ``sys.exit(0)``, ``exit()`` or monkey-patching ``exec`` in the
@@ -71,9 +80,10 @@ stdout.  Each child, before touching the untrusted source:
    captured before the program runs; all segments are compiled up front).
 
 The runner waits for each child with a wall-clock deadline (``timeout_s`` from the
-fork), ``SIGKILL``s the child's process group on time-out, removes the temp dir and
-reports.  ``run_batch`` has an overall time-out (sum of the per-program limits plus
-slack); if the runner exceeds it, hangs or crashes, its process group is killed
+fork), ``SIGKILL``s the child's process group on time-out (or when a sibling test of
+the same program has failed), removes the temp dir and reports.  ``run_batch`` has
+an overall time-out (sum of the per-unit limits plus slack); if the runner exceeds
+it, hangs or crashes, its process group is killed
 (children die via PDEATHSIG) and every unfinished program is reported as a failure
 -- ``run_batch`` never raises because of what a program does.
 
@@ -95,12 +105,14 @@ on the user's own files are stopped by the hook alone).
 
 Other limits: programs may *read* any file readable by the effective user
 (nothing can be sent anywhere; one bit -- pass/fail -- comes back); disk use in
-the temp dir is bounded only by 64 write-opens x ``max_file_bytes``; only the
+the temp dir is bounded only by 64 write-opens x ``max_file_bytes`` per unit (and
+memory by ``max_workers`` x ``memory_mb`` at once); only the
 standard library is importable (``-S``), and when the interpreter's files are
 not readable by nobody (e.g. a Python under ``/root``), only the modules the
 runner pre-imports (``_PRELOAD_MODULES``: math, re, collections, itertools,
 functools, heapq, bisect, fractions, decimal, statistics, random, json, typing,
-dataclasses, datetime, string, pickle, ...) are available; threads cannot be
+dataclasses, datetime, string, pickle, hashlib, copy, ...; enough for all 164 HumanEval
+problems, checked by ``tests/test_humaneval.py``) are available; threads cannot be
 started (``RLIMIT_NPROC`` = 0); formatting tracebacks, ``sys._getframe`` (raises
 ``ValueError``), ``shutil.rmtree`` (so ``tempfile.TemporaryDirectory`` cleanup)
 and ``signal`` are unavailable.  Reward *integrity* is best effort: a program can
@@ -155,12 +167,16 @@ Program = Union[str, Sequence[str]]
 
 @dataclass(frozen=True)
 class SandboxResult:
-    """Outcome of one program.  Truthy iff ``ok``."""
+    """Outcome of one program (all its tests).  Truthy iff ``ok``.
+
+    ``reason``: why it failed (``"test 3/5: AssertionError: ..."`` with tests), ``wall_s``: the
+    wall-clock seconds of its runs added up, ``tests_passed``: how many of its tests passed."""
 
     ok: bool
     reason: str = ""
     wall_s: float = 0.0
     layers: tuple[str, ...] = field(default=())
+    tests_passed: int = 0
 
     def __bool__(self) -> bool:  # pragma: no cover - trivial
         return self.ok
@@ -206,9 +222,26 @@ def _rmtree_force(path: str) -> None:
         shutil.rmtree(path, onerror=onerror)
 
 
+def _normalise_tests(tests: Sequence[Sequence[str]] | None, n: int) -> list[list[str]]:
+    if tests is None:
+        return [[] for _ in range(n)]
+    if isinstance(tests, str) or len(tests) != n:
+        raise ValueError("tests must hold one list of test strings per program")
+    out = []
+    for t in tests:
+        if isinstance(t, str):
+            raise TypeError("the tests of a program must be a sequence of str, not one str")
+        t = list(t)
+        if not all(isinstance(x, str) for x in t):
+            raise TypeError("a test must be a str")
+        out.append(t)
+    return out
+
+
 def run_batch(
     programs: Sequence[Program],
     *,
+    tests: Sequence[Sequence[str]] | None = None,
     timeout_s: float = DEFAULT_TIMEOUT_S,
     memory_mb: int = DEFAULT_MEMORY_MB,
     max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
@@ -217,10 +250,14 @@ def run_batch(
 ) -> list[SandboxResult]:
     """Run each program in the sandbox; return one ``SandboxResult`` per program.
 
-    ``timeout_s`` is the wall-clock limit per program (CPU limit ``ceil(timeout_s)``),
+    ``tests`` (optional) holds one list of test sources per program: each test runs in its own
+    child (the program's segments, then the test), with its own limits, and the program passes
+    iff every test passes; its tests start in order and none starts after one has failed.  A
+    program without tests (``tests`` None or an empty list) runs once, as its only unit.
+    ``timeout_s`` is the wall-clock limit per unit (CPU limit ``ceil(timeout_s)``),
     ``memory_mb`` the address-space limit of each child process, ``max_file_bytes``
-    the largest file a program may write inside its temp dir, ``max_workers`` the
-    number of programs run concurrently (default: CPUs available, at most 8).
+    the largest file a unit may write inside its temp dir, ``max_workers`` the
+    number of units run concurrently (default: CPUs available, at most 8).
     ``_disable_layers`` (testing only) switches off some of
     ``("netns", "landlock", "privdrop", "audit")``.
     Never raises because of a program's behaviour; infrastructure failures are
@@ -228,6 +265,7 @@ def run_batch(
     """
     progs = _normalise_programs(programs)
     n = len(progs)
+    test_lists = _normalise_tests(tests, n)
     if n == 0:
         return []
     if not timeout_s > 0:
@@ -243,6 +281,7 @@ def run_batch(
         os.chmod(root, 0o711)  # nobody may traverse into its own sub-dir, not list
         cfg = {
             "programs": progs,
+            "tests": test_lists,
             "timeout_s": float(timeout_s),
             "memory_mb": int(memory_mb),
             "max_file_bytes": int(max_file_bytes),
@@ -251,7 +290,8 @@ def run_batch(
             "disable": list(_disable_layers),
         }
         payload = json.dumps(cfg).encode("utf-8")
-        overall = n * float(timeout_s) + _OVERALL_SLACK_S
+        units = sum(max(1, len(t)) for t in test_lists)
+        overall = units * float(timeout_s) + _OVERALL_SLACK_S
         env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}
         if os.environ.get("LD_LIBRARY_PATH"):  # e.g. Pythons from HPC environment modules
             env["LD_LIBRARY_PATH"] = os.environ["LD_LIBRARY_PATH"]
@@ -295,7 +335,8 @@ def run_batch(
             if not isinstance(rows, list) or len(rows) != n:
                 raise ValueError(f"expected {n} results")
             return [
-                SandboxResult(bool(r["ok"]), str(r["reason"]), float(r["wall_s"]), tuple(r["layers"])) for r in rows
+                SandboxResult(bool(r["ok"]), str(r["reason"]), float(r["wall_s"]), tuple(r["layers"]), int(r["passed"]))
+                for r in rows
             ]
         except (ValueError, KeyError, TypeError) as exc:
             log.warning("sandbox: malformed runner output (%s)", exc)
@@ -427,7 +468,7 @@ _FRAME_ATTRS = frozenset({"tb_frame", "gi_frame", "cr_frame", "ag_frame", "f_bac
 _MAX_WRITE_OPENS = 64
 _PROGRAM_MODULE = "solution"  # __name__ of the namespace programs run in
 # Imported by the runner before forking: children inherit them (fast -- no
-# per-program import cost -- and available even when the interpreter's stdlib is
+# per-unit import cost -- and available even when the interpreter's stdlib is
 # not readable by the unprivileged user the children run as, e.g. under /root).
 _PRELOAD_MODULES = (
     "abc",
@@ -789,10 +830,10 @@ def _child(segments, tmpdir, wfd, token, cfg, runner_pid, libc, purge):  # pragm
 
 
 class _Job:
-    __slots__ = ("index", "pid", "rfd", "tmpdir", "start", "deadline", "buf", "eof", "token")
+    __slots__ = ("index", "test", "pid", "rfd", "tmpdir", "start", "deadline", "buf", "eof", "token")
 
-    def __init__(self, index, pid, rfd, tmpdir, start, deadline, token):
-        self.index, self.pid, self.rfd, self.tmpdir = index, pid, rfd, tmpdir
+    def __init__(self, index, test, pid, rfd, tmpdir, start, deadline, token):
+        self.index, self.test, self.pid, self.rfd, self.tmpdir = index, test, pid, rfd, tmpdir
         self.start, self.deadline, self.token = start, deadline, token
         self.buf = bytearray()
         self.eof = False
@@ -847,9 +888,19 @@ def _verdict(job: _Job, status: int | None, timed_out: bool) -> dict:
     }
 
 
+def _unit_order(counts: list[int]) -> list[tuple[int, int]]:
+    """(program, test) pairs, breadth first: every program's first test, then every second one,
+    ... -- a failing program is found early and few programs still fill the workers."""
+    order = []
+    for j in range(max(counts, default=0)):
+        order.extend((i, j) for i, c in enumerate(counts) if j < c)
+    return order
+
+
 def _runner_main() -> None:  # pragma: no cover - runs in the runner process
     cfg = json.loads(sys.stdin.buffer.read().decode("utf-8"))
     programs = cfg["programs"]
+    tests = cfg["tests"]
     timeout_s = float(cfg["timeout_s"])
     workers = int(cfg["workers"])
     root = cfg["root"]
@@ -863,21 +914,65 @@ def _runner_main() -> None:  # pragma: no cover - runs in the runner process
             pass
     purge = _modules_to_purge()
     my_pid = os.getpid()
-    results: list = [None] * len(programs)
-    pending = list(range(len(programs)))
+    n = len(programs)
+    counts = [max(1, len(t)) for t in tests]
+    results: list = [None] * n
+    passed = [0] * n
+    walls = [0.0] * n
+    layers_of: list = [[] for _ in range(n)]
+    pending = _unit_order(counts)
     pending.reverse()
     active: dict[int, _Job] = {}
 
-    def finish(job: _Job, status, timed_out: bool) -> None:
-        _drain(job)
-        results[job.index] = _verdict(job, status, timed_out)
+    def close(job: _Job) -> None:
         os.close(job.rfd)
         _rmtree_force(job.tmpdir)
 
+    def kill(job: _Job):
+        for kill_fn in (os.killpg, os.kill):
+            try:
+                kill_fn(job.pid, signal.SIGKILL)
+            except OSError:
+                pass
+        try:
+            return os.waitpid(job.pid, 0)[1]
+        except ChildProcessError:
+            return None
+
+    def record(i: int, j: int, verdict: dict) -> None:
+        if results[i] is not None:
+            return
+        layers_of[i] = layers_of[i] or verdict["layers"]
+        walls[i] += verdict["wall_s"]
+        if verdict["ok"]:
+            passed[i] += 1
+            if passed[i] == counts[i]:
+                results[i] = {"ok": True, "reason": "", "wall_s": round(walls[i], 4), "layers": layers_of[i]}
+        else:
+            reason = verdict["reason"]
+            if tests[i]:
+                reason = f"test {j + 1}/{counts[i]}: {reason}"
+            results[i] = {"ok": False, "reason": reason, "wall_s": round(walls[i], 4), "layers": layers_of[i]}
+            # stop at the first failure: the program's other running tests are killed unscored
+            for pid, other in list(active.items()):
+                if other.index == i:
+                    kill(other)
+                    del active[pid]
+                    close(other)
+
+    def finish(job: _Job, status, timed_out: bool) -> None:
+        _drain(job)
+        verdict = _verdict(job, status, timed_out)
+        close(job)
+        record(job.index, job.test, verdict)
+
     while pending or active:
         while pending and len(active) < workers:
-            i = pending.pop()
-            tmpdir = os.path.join(root, f"p{i}")
+            i, j = pending.pop()
+            if results[i] is not None:
+                continue  # an earlier test of this program failed
+            segments = programs[i] + tests[i][j : j + 1]
+            tmpdir = os.path.join(root, f"p{i}t{j}")
             os.mkdir(tmpdir, 0o700)
             if chown:
                 os.chown(tmpdir, NOBODY, NOBODY)
@@ -890,16 +985,17 @@ def _runner_main() -> None:  # pragma: no cover - runs in the runner process
                 os.close(rfd)
                 os.close(wfd)
                 _rmtree_force(tmpdir)
-                results[i] = {"ok": False, "reason": f"fork failed: {exc}", "wall_s": 0.0, "layers": []}
+                verdict = {"ok": False, "reason": f"fork failed: {exc}", "wall_s": 0.0, "layers": []}
+                record(i, j, verdict)
                 continue
             if pid == 0:
                 try:
-                    _child(programs[i], tmpdir, wfd, token, cfg, my_pid, libc, purge)
+                    _child(segments, tmpdir, wfd, token, cfg, my_pid, libc, purge)
                 finally:
                     os._exit(4)  # never fall back into the runner loop
             os.close(wfd)
             os.set_blocking(rfd, False)
-            active[pid] = _Job(i, pid, rfd, tmpdir, start, start + timeout_s, token)
+            active[pid] = _Job(i, j, pid, rfd, tmpdir, start, start + timeout_s, token)
             del token
         if not active:
             continue
@@ -931,34 +1027,22 @@ def _runner_main() -> None:  # pragma: no cover - runs in the runner process
         # kill overdue children
         now = time.monotonic()
         for pid, job in list(active.items()):
-            if now >= job.deadline:
-                try:
-                    os.killpg(pid, signal.SIGKILL)
-                except OSError:
-                    pass
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except OSError:
-                    pass
-                try:
-                    _, status = os.waitpid(pid, 0)
-                except ChildProcessError:
-                    status = None
+            if pid in active and now >= job.deadline:
                 del active[pid]
+                status = kill(job)
                 # A child that finished just at the deadline still counts.
-                if status is not None and os.WIFEXITED(status):
-                    finish(job, status, False)
-                else:
-                    finish(job, status, True)
+                finish(job, status, not (status is not None and os.WIFEXITED(status)))
 
+    for i in range(n):
+        results[i]["passed"] = passed[i]
     out = json.dumps(results).encode("utf-8")
     view = memoryview(out)
     while view:
         try:
-            n = os.write(1, view)
+            written = os.write(1, view)
         except InterruptedError:
             continue
-        view = view[n:]
+        view = view[written:]
 
 
 if __name__ == "__main__" and sys.argv[1:] == [_RUNNER_FLAG]:  # pragma: no cover

@@ -46,9 +46,13 @@ def check_base_available(model: str, source: str | None = None) -> None:
         return
     if model.startswith((".", "/", "~")):
         raise BaseModelError(f"base.model {model!r} looks like a local path but is not a directory")
-    from huggingface_hub import constants, try_to_load_from_cache
+    from huggingface_hub import constants
 
-    if constants.HF_HUB_OFFLINE and not isinstance(try_to_load_from_cache(model, "config.json"), str):
+    if not constants.HF_HUB_OFFLINE:
+        return  # online: fetch_base_model downloads it (and names the model if that fails)
+    from huggingface_hub import try_to_load_from_cache
+
+    if not isinstance(try_to_load_from_cache(model, "config.json"), str):
         raise BaseModelError(
             f"base model {model!r} is not available offline (HF_HUB_OFFLINE is set and the hub cache has no "
             "snapshot of it): download it once with network, or set base.source to a local copy"

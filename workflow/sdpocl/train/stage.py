@@ -307,7 +307,7 @@ def train_stage(
     from datasets import Dataset
     from transformers import AutoTokenizer, PrinterCallback
 
-    from sdpocl.rewards import make_code_reward, reward_for
+    from sdpocl.rewards import make_reward
     from sdpocl.train.methods import get_method
 
     torch.set_num_threads(threads)
@@ -351,10 +351,7 @@ def train_stage(
     )
 
     plan = batch_plan(settings)
-    if settings["domain"] == "code":
-        reward = make_code_reward(timeout_s=settings["code_timeout_s"])
-    else:
-        reward = reward_for(settings["domain"])
+    reward = make_reward(settings["domain"], settings.get("rewards"))
     progress, resume_state = _callbacks(
         tag, plan, settings["collapse_patience"], settings["stop_on_collapse"], state_dir, tokenizer
     )
