@@ -39,6 +39,7 @@ from sdpocl.rewards.math import (
     math_reward,
     normalise_math_answer,
 )
+from sdpocl.rewards.routing import make_routed_reward
 from sdpocl.rewards.science import extract_choice, science_reward
 from sdpocl.rewards.text import RewardFunc, completion_text
 from sdpocl.rewards.tooluse import parse_tool_calls, tooluse_reward
@@ -51,6 +52,8 @@ __all__ = [
     "tooluse_reward",
     "code_reward",
     "make_code_reward",
+    "make_routed_reward",
+    "domain_rewards",
     "completion_text",
     "boxed_count",
     "extract_boxed",
@@ -80,3 +83,8 @@ def reward_for(domain: str) -> RewardFunc:
         return REWARD_FUNCS[domain]
     except (KeyError, TypeError):
         raise ValueError(f"unknown domain {domain!r}; known domains: {', '.join(sorted(REWARD_FUNCS))}") from None
+
+
+def domain_rewards(code_timeout_s: float = CODE_TIMEOUT_S) -> dict[str, RewardFunc]:
+    """Every domain's reward, the code reward with the given sandbox time limit."""
+    return {**REWARD_FUNCS, "code": make_code_reward(timeout_s=code_timeout_s)}
