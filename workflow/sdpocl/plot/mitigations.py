@@ -76,7 +76,11 @@ def mitigation_points(tables) -> tuple[pd.DataFrame, str]:
     out = pd.DataFrame(rows, columns=["run", "label", "seed", "gain", "forgetting"]).dropna(
         subset=["gain", "forgetting"]
     )
-    why = "" if not out.empty else "no run has gain and forgetting after the full chain"
+    why = ""
+    if out.empty:
+        why = "no run has gain and forgetting after the full chain"
+        if ev["gain"].isna().all():
+            why += " (gain and forgetting are empty: RelPerf is undefined where the base scores 0)"
     if incomplete:
         why += ("; " if why else "") + f"left out (chain incomplete): {', '.join(incomplete)}"
     return out, why
