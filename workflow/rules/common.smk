@@ -16,6 +16,7 @@ from sdpocl.config import (
     chains_for,
     coerce_overrides,
     expand_runs,
+    replay_settings,
     stable_json,
     stage_settings,
     validate_config,
@@ -46,7 +47,7 @@ if not TINY and not os.path.isdir(BASE_MODEL):
         raise WorkflowError(str(exc)) from None
 THREADS = config["train"]["threads"]
 BENCHMARK_NAMES = benchmarks_for(config)
-VARIANT_RUNS = [name for name, run in RUNS.items() if run.cot or run.mask_prob > 0]
+VARIANT_RUNS = [name for name, run in RUNS.items() if run.is_variant]
 #: paper preset: local mirrors of the hub sources, if configured
 DATA_SOURCES = (
     "" if not config["data"]["sources"] else f"--sources {shlex.quote(stable_json(config['data']['sources']))}"
@@ -190,3 +191,24 @@ def train_settings(wildcards):
 
 def train_data(wildcards):
     return f"{RESULTS}/data/{parse_chain(wildcards.chain)[-1]}/train.jsonl"
+
+
+def replay_data(wildcards):
+    """The earlier domains' training sets, for runs with replay only (other runs: no extra input)."""
+    replay = replay_settings(RUNS[wildcards.run], parse_chain(wildcards.chain))
+    return [] if replay is None else [f"{RESULTS}/data/{d}/train.jsonl" for d in replay["domains"]]
+
+
+def reference_model(wildcards):
+    """The base model, for runs anchored to it (kl_reference: base) only."""
+    return [BASE_MODEL] if RUNS[wildcards.run].needs_base_reference else []
+
+
+def mitigation_args(wildcards, input):
+    """CLI arguments naming the mitigation inputs. A params function of ``input``, so Snakemake does
+    not track it: paths (which change with the results folder) never rerun a stage."""
+    reference, replay = list(input.reference), list(input.replay)
+    args = [f"--reference {shlex.quote(str(f))}" for f in reference]
+    if replay:
+        args.append("--replay-data " + " ".join(shlex.quote(str(f)) for f in replay))
+    return " ".join(args)

@@ -5,6 +5,8 @@ rule train_stage:
     input:
         parent=parent_model,
         data=train_data,
+        replay=replay_data,
+        reference=reference_model,
     output:
         model=directory(f"{RESULTS}/runs/{{run}}/{{chain}}/model"),
         checkpoints=directory(f"{RESULTS}/runs/{{run}}/{{chain}}/checkpoints"),
@@ -25,6 +27,8 @@ rule train_stage:
         parent=parent_path,
         stage=lambda wc: stage_dir(RESULTS, wc.run, wc.chain),
         state=lambda wc: state_dir(RESULTS, wc.run, wc.chain),
+        mitigation_inputs=mitigation_args,
     shell:
         "sdpocl train-stage --settings {params.settings:q} --parent {params.parent} "
-        "--data {input.data} --out {params.stage} --state {params.state} --threads {threads} > {log} 2>&1"
+        "--data {input.data} {params.mitigation_inputs} --out {params.stage} --state {params.state} "
+        "--threads {threads} > {log} 2>&1"

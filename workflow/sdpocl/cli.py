@@ -249,7 +249,16 @@ def cmd_train_stage(a) -> None:
         settings = _stage_settings_from_config(a)
     else:
         raise SystemExit("train-stage needs --settings JSON, or --config, --run and --chain")
-    train_stage(settings, a.parent, a.data, a.out, a.state, threads=a.threads)
+    train_stage(
+        settings,
+        a.parent,
+        a.data,
+        a.out,
+        a.state,
+        threads=a.threads,
+        reference=a.reference,
+        replay_data=a.replay_data or [],
+    )
 
 
 def cmd_compute_drift(a) -> None:
@@ -401,6 +410,12 @@ COMMANDS = [
             _arg("--chain"),
             _arg("--parent", required=True, help="model directory the stage starts from"),
             _arg("--data", required=True, help="training JSONL"),
+            _arg("--reference", help="base model directory, for runs anchored to the base (kl_reference: base)"),
+            _arg(
+                "--replay-data",
+                nargs="+",
+                help="training JSONL of each earlier domain of the chain, in chain order (runs with replay_frac)",
+            ),
             _arg("--out", required=True, help="stage directory"),
             _arg("--state", required=True, help="resume-state directory (outside the declared outputs)"),
             _threads(),

@@ -17,7 +17,15 @@ from typing import Any
 import yaml
 
 from sdpocl.prompts import resolve_prompt_format
-from sdpocl.train.methods import METHODS, RunSpec, default_run_name, get_method, stable_sdpo_period
+from sdpocl.train.methods import (
+    METHODS,
+    MITIGATION_DEFAULTS,
+    SDPO_ONLY_KNOBS,
+    RunSpec,
+    default_run_name,
+    get_method,
+    stable_sdpo_period,
+)
 
 SCHEMA_PATH = Path(__file__).resolve().parents[1] / "schemas" / "config.schema.yaml"
 
@@ -122,9 +130,18 @@ def _check_semantics(config: dict) -> None:
         if not method.needs_alpha and "alpha" in run:
             raise ConfigError(f"config error at '{where}.alpha': method {run['method']!r} takes no alpha")
         if method.family != "sdpo":
-            for knob in ("cot", "mask_prob", "sync_steps"):
+            for knob in SDPO_ONLY_KNOBS:
                 if knob in run:
                     raise ConfigError(f"config error at '{where}.{knob}': only SDPO-family methods take {knob!r}")
+        if "kl_reference" in run and not run.get("kl_beta"):
+            raise ConfigError(
+                f"config error at '{where}.kl_reference': a KL reference needs kl_beta > 0 (kl_beta 0 adds no KL term)"
+            )
+        if run.get("confidence_threshold") and run.get("distillation_weight") == 0:
+            raise ConfigError(
+                f"config error at '{where}.confidence_threshold': distillation_weight 0 distils nothing, so a "
+                "teacher-confidence filter has no effect"
+            )
         if run["method"] == "stable_sdpo":
             try:
                 stable_sdpo_period(run.get("alpha", 0.0), run.get("sync_steps"))
@@ -221,6 +238,7 @@ def _spec(entry: dict, seed: int) -> RunSpec:
         mask_prob=float(entry.get("mask_prob", 0.0)),
         lr=entry.get("lr"),
         temperature=entry.get("temperature"),
+        **{k: type(v)(entry[k]) for k, v in MITIGATION_DEFAULTS.items() if k in entry},
     )
 
 
@@ -257,18 +275,29 @@ def chains_for(config: dict, run: RunSpec) -> list[tuple[str, ...]]:
     return chains
 
 
-def reward_settings(config: dict, domain: str) -> dict:
-    """The ``rewards`` limits that score ``domain`` (its ``<domain>_*`` keys): a stage's settings hold
-    only these, so changing the code limits reruns code stages only."""
-    return {k: v for k, v in config["rewards"].items() if k.startswith(f"{domain}_")}
+def reward_settings(config: dict, domains: list[str]) -> dict:
+    """The ``rewards`` limits that score ``domains`` (their ``<domain>_*`` keys): a stage's settings
+    hold only these, so changing the code limits reruns code stages only (and those replaying code)."""
+    return {k: v for k, v in config["rewards"].items() if k.split("_", 1)[0] in domains}
+
+
+def replay_settings(run: RunSpec, chain: tuple[str, ...]) -> dict | None:
+    """Replay of a stage: the share of its prompt pool drawn from the earlier domains of its chain
+    (stage k: domains 1..k-1), or None (no replay knob, or a first stage: nothing to replay)."""
+    if not run.replay_frac or len(chain) < 2:
+        return None
+    return {"frac": float(run.replay_frac), "domains": list(chain[:-1])}
 
 
 def stage_settings(config: dict, run: RunSpec, chain: tuple[str, ...]) -> dict:
-    """Everything that determines a stage's result (and nothing else), for params tracking and the trainer."""
+    """Everything that determines a stage's result (and nothing else), for params tracking and the trainer.
+
+    Mitigation knobs at their default values appear nowhere here (``RunSpec.to_dict``, the method's
+    settings, no ``replay`` key), so adding a knob to the code reruns no existing stage."""
     domain = chain[-1]
     train = config["train"]
     method = get_method(run.method)
-    return {
+    out = {
         "run": run.to_dict(),
         "chain": list(chain),
         "domain": domain,
@@ -291,11 +320,16 @@ def stage_settings(config: dict, run: RunSpec, chain: tuple[str, ...]) -> dict:
         "weight_decay": train["weight_decay"],
         "max_grad_norm": train["max_grad_norm"],
         "warmup_steps": train["warmup_steps"],
-        "rewards": reward_settings(config, domain),
+        "rewards": reward_settings(config, [domain]),
         "collapse_patience": train["collapse_patience"],
         "stop_on_collapse": train["stop_on_collapse"],
         "seed": run.seed,
     }
+    replay = replay_settings(run, chain)
+    if replay is not None:
+        out["replay"] = replay
+        out["rewards"] = reward_settings(config, [domain, *replay["domains"]])  # replayed prompts score too
+    return out
 
 
 def stable_json(obj: Any) -> str:

@@ -8,7 +8,7 @@ calls :func:`make_figure`. Missing data never crash a figure: it is still writte
 "no data" note saying what is missing.
 
 The figures live in one module per family (:mod:`.continual`, :mod:`.drift`, :mod:`.distance`,
-:mod:`.collapse`); the conventions they share are in :mod:`.style`.
+:mod:`.collapse`, :mod:`.mitigations`); the conventions they share are in :mod:`.style`.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from sdpocl.plot.collapse import plot_artifacts
 from sdpocl.plot.continual import plot_cl_performance, plot_ood_bars, plot_teacher_stability
 from sdpocl.plot.distance import plot_gain_forgetting_distance, plot_mmd_heatmap, plot_tsne
 from sdpocl.plot.drift import plot_model_drift, plot_response_drift
+from sdpocl.plot.mitigations import plot_mitigations
 from sdpocl.plot.style import CANONICAL_METHODS, TABLE_COLUMNS, compress, expand, method_styles, pretty_label
 from sdpocl.plot.tables import FIGURE_TABLES
 
@@ -47,6 +48,7 @@ _DRAW = {
     "tsne": plot_tsne,
     "teacher_stability": plot_teacher_stability,
     "artifacts": plot_artifacts,
+    "mitigations": plot_mitigations,
 }
 #: figure name -> (plot function, table names it reads); the tables are the workflow's
 #: :data:`sdpocl.plot.tables.FIGURE_TABLES`, so the rule's inputs and the drawing agree

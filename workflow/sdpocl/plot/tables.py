@@ -74,6 +74,7 @@ FIGURE_TABLES = {
     "tsne": ["tsne"],
     "teacher_stability": ["teacher_stability"],
     "artifacts": ["eval"],
+    "mitigations": ["eval"],
 }
 
 #: report category of each figure
@@ -87,4 +88,5 @@ FIGURE_CATEGORIES = {
     "mmd_heatmap": "Domain distance",
     "tsne": "Domain distance",
     "artifacts": "Collapse",
+    "mitigations": "Mitigations",
 }

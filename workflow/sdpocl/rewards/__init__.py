@@ -55,6 +55,7 @@ from sdpocl.rewards.math import (
     math_reward,
     normalise_math_answer,
 )
+from sdpocl.rewards.routing import make_routed_reward
 from sdpocl.rewards.science import extract_choice, science_reward
 from sdpocl.rewards.text import RewardFunc, completion_text
 from sdpocl.rewards.tooluse import parse_tool_call_list, parse_tool_calls, tooluse_reward
@@ -75,6 +76,8 @@ __all__ = [
     "code_reward",
     "bfcl_reward",
     "make_code_reward",
+    "make_routed_reward",
+    "domain_rewards",
     "completion_text",
     "boxed_count",
     "extract_boxed",
@@ -152,3 +155,8 @@ def make_reward(domain: str, limits: Mapping[str, Any] | None = None) -> RewardF
     if domain == "math":
         return make_math_reward(timeout_s=full["math_timeout_s"])
     return reward_for(domain)
+
+
+def domain_rewards(limits: Mapping[str, Any] | None = None) -> dict[str, RewardFunc]:
+    """Every domain's reward with ``limits`` (see :func:`make_reward`), e.g. for routing by domain."""
+    return {domain: make_reward(domain, limits) for domain in REWARD_FUNCS}

@@ -26,6 +26,7 @@ from pathlib import Path
 from sdpocl.config import stable_json
 from sdpocl.io import read_jsonl, write_json, write_jsonl
 from sdpocl.prompts import training_prompt
+from sdpocl.train.methods import MITIGATION_DEFAULTS
 from sdpocl.train.plan import BatchPlan, batch_plan, trainer_kwargs
 from sdpocl.train.weights import has_weights, load_tensors
 
@@ -39,6 +40,7 @@ __all__ = [
     "last_complete_checkpoint",
 ]
 
+MITIGATION_KEYS = tuple(MITIGATION_DEFAULTS)
 COMPLETE = "COMPLETE"  # marker written last into a resume checkpoint
 RESUME = "resume-step-"  # full trainer state, named by rollout step
 WEIGHTS = "weights"  # weights/step-N: the model of every save
@@ -212,6 +214,9 @@ LOG_KEYS = {
     "self_distillation/distillation_loss": "distillation_loss",
     "learning_rate": "lr",
     "grad_norm": "grad_norm",
+    "self_distillation/policy_loss": "policy_loss",
+    "kl": "kl",
+    "confidence_kept_fraction": "confidence_kept_fraction",
 }
 
 
@@ -270,9 +275,12 @@ def demonstration_budget(settings: dict, tokenizer) -> int | None:
     return budget
 
 
-def build_trainer(settings: dict, parent, dataset, tokenizer, reward_funcs: list, output_dir, callbacks=()):
+def build_trainer(
+    settings: dict, parent, dataset, tokenizer, reward_funcs: list, output_dir, callbacks=(), reference=None
+):
     """The TRL trainer of a stage: its family's config from the stage settings (:mod:`sdpocl.train.plan`
-    and the method's settings) and its trainer class; ``output_dir`` receives TRL's checkpoints."""
+    and the method's settings) and its trainer class; ``output_dir`` receives TRL's checkpoints.
+    ``reference`` is the base model's directory, for a KL anchor to the base (``kl_reference="base"``)."""
     import torch
 
     from sdpocl.train.trainers import FAMILIES
@@ -280,6 +288,12 @@ def build_trainer(settings: dict, parent, dataset, tokenizer, reward_funcs: list
     use_cpu = not torch.cuda.is_available()
     config_cls, trainer_cls = FAMILIES[settings["family"]]
     kwargs = {**trainer_kwargs(settings, str(output_dir), use_cpu), **settings["method_settings"]}
+    if kwargs.get("kl_reference") == "base" and kwargs.get("beta", 0) > 0:
+        if reference is None:
+            raise ValueError(
+                "this run anchors to the base model (kl_reference: base): pass its directory (--reference)"
+            )
+        kwargs["kl_reference_model"] = str(reference)
     kwargs["reward_weights"] = [1.0] + [0.0] * (len(reward_funcs) - 1)  # the first scores; the rest only log
     kwargs["chat_template_kwargs"] = settings.get("prompt_format", {}).get("template_kwargs") or None
     if settings["family"] == "sdpo":
@@ -299,15 +313,106 @@ def build_trainer(settings: dict, parent, dataset, tokenizer, reward_funcs: list
     )
 
 
+def stage_dataset(settings: dict, data, tokenizer, replay_data=()) -> tuple[dict, int, dict | None]:
+    """The stage's training columns (``prompt``, ``answer``, ``tests``, ``domain``), the number of
+    prompts left out as too long, and the replay summary (None without replay): with
+    ``settings["replay"]``, ``replay_data`` are the earlier domains' training files, in its order."""
+    from sdpocl.train.replay import mix_replay
+
+    records, dropped = load_prompts(data, settings, tokenizer)
+    records = [{**r, "domain": r.get("domain") or settings["domain"]} for r in records]
+    replay = settings.get("replay")
+    summary = None
+    if replay:
+        if len(replay_data) != len(replay["domains"]):
+            raise ValueError(
+                f"replay of {', '.join(replay['domains'])} needs their training files (--replay-data), "
+                f"got {len(replay_data)}"
+            )
+        pools = {}
+        for domain, path in zip(replay["domains"], replay_data):
+            pool, _ = load_prompts(path, settings, tokenizer)
+            pools[domain] = [{**r, "domain": r.get("domain") or domain} for r in pool]
+        records, summary = mix_replay(records, pools, replay["frac"], settings["seed"], settings["chain"])
+    columns = {
+        "prompt": [r["prompt"] for r in records],
+        "answer": [r.get("answer", "") for r in records],
+        "tests": [json.dumps(r.get("tests", [])) for r in records],
+        "domain": [r["domain"] for r in records],
+    }
+    return columns, dropped, summary
+
+
+def stage_reward(settings: dict):
+    """The scoring reward of a stage: its domain's, or (with replay) one routed by the ``domain`` column."""
+    from sdpocl.rewards import domain_rewards, make_routed_reward
+
+    funcs = domain_rewards(settings.get("rewards"))
+    return make_routed_reward(funcs) if settings.get("replay") else funcs[settings["domain"]]
+
+
+def objective(settings: dict, args, plan: BatchPlan, replay: dict | None) -> dict:
+    """What a stage's loss is, with the mitigations that are on (for ``resolved_config.json``)."""
+    ms = settings["method_settings"]
+    beta = float(getattr(args, "beta", 0.0) or 0.0)
+    out: dict = {"mitigations": {k: v for k, v in settings["run"].items() if k in MITIGATION_KEYS}}
+    if settings["family"] == "sdpo":
+        w = float(args.distillation_weight)
+        out["loss"] = "(1 - w) * policy_loss + w * distillation_loss" + (" + beta * kl" if beta else "")
+        out["distillation_weight"] = w
+        if w < 1:
+            out["policy_term"] = (
+                f"TRL SDPOTrainer's policy loss with our GRPO settings: loss_type {args.loss_type}, "
+                f"scale_rewards {args.scale_rewards}, epsilon {args.epsilon}/{args.epsilon_high}. The SDPO family "
+                f"takes {plan.optimizer_steps} optimizer step per rollout step, so the policy ratio is 1 and "
+                "the clip is inactive: the term is the plain policy gradient with the group-mean-centred advantage"
+            )
+        else:
+            out["policy_term"] = "absent (w = 1: pure self-distillation)"
+        if ms.get("confidence_threshold"):
+            out["confidence_filter"] = (
+                f"distil only response tokens whose teacher top-1 probability (temperature {args.temperature}) "
+                f"exceeds {args.confidence_threshold}; kept share logged as confidence_kept_fraction"
+            )
+    else:
+        out["loss"] = "GRPO clipped policy loss" + (" + beta * kl" if beta else "")
+    if beta:
+        ref = args.kl_reference
+        out["kl"] = {
+            "beta": beta,
+            "reference": ref,
+            "reference_model": args.kl_reference_model if ref == "base" else "the stage's parent (its model path)",
+            "estimator": "k3 per completion token, exp(ref - logp) - (ref - logp) - 1; token-mean per sequence, "
+            "mean over the batch; logged as kl",
+            "implementation": (
+                "TRL GRPOTrainer beta" + (" (reference weights replaced by the base model's)" if ref == "base" else "")
+                if settings["family"] == "grpo"
+                else "sdpocl MaskedSDPOTrainer (TRL's SDPOConfig.beta adds no KL term)"
+            ),
+        }
+    if replay:
+        out["replay"] = {**replay, "domains": settings["replay"]["domains"], "reward": "routed by the domain column"}
+    return out
+
+
 def train_stage(
-    settings: dict, parent: str | Path, data: str | Path, out_dir: str | Path, state_dir: str | Path, threads: int = 1
+    settings: dict,
+    parent: str | Path,
+    data: str | Path,
+    out_dir: str | Path,
+    state_dir: str | Path,
+    threads: int = 1,
+    reference: str | Path | None = None,
+    replay_data: list[str | Path] = (),
 ) -> dict:
-    """Train one stage from ``parent`` (a model directory) on ``data``; write the stage outputs."""
+    """Train one stage from ``parent`` (a model directory) on ``data``; write the stage outputs.
+
+    ``reference``: the base model's directory (KL anchor to the base); ``replay_data``: the earlier
+    domains' training files (replay). Both are paths, so they are arguments, never stage settings."""
     import torch
     from datasets import Dataset
     from transformers import AutoTokenizer, PrinterCallback
 
-    from sdpocl.rewards import make_reward
     from sdpocl.train.methods import get_method
 
     torch.set_num_threads(threads)
@@ -317,8 +422,11 @@ def train_stage(
     tag = f"{settings['run']['name']} {'/'.join(settings['chain'])}"
     t0 = time.time()
 
-    # Resume state is valid only for exactly these settings and this parent.
-    fp = fingerprint(settings, parent.resolve())
+    # Resume state is valid only for exactly these settings, this parent (and reference, replay files).
+    inputs = str(parent.resolve())
+    if reference is not None or replay_data:
+        inputs += "|" + "|".join(str(Path(p).resolve()) for p in [reference or "", *replay_data])
+    fp = fingerprint(settings, inputs)
     fp_file = state_dir / "fingerprint"
     main_process = int(os.environ.get("RANK", "0")) == 0  # under accelerate launch only rank 0 writes
     if main_process and state_dir.exists() and (not fp_file.exists() or fp_file.read_text() != fp):
@@ -330,33 +438,41 @@ def train_stage(
     resume = last_complete_checkpoint(state_dir)
 
     tokenizer = AutoTokenizer.from_pretrained(parent)
-    records, dropped = load_prompts(data, settings, tokenizer)
-    if len(records) < settings["prompts_per_step"]:
+    columns, dropped, replay = stage_dataset(settings, data, tokenizer, replay_data)
+    n_own = len(columns["prompt"]) - (replay["replayed_prompts"] if replay else 0)
+    if n_own < settings["prompts_per_step"]:
         raise ValueError(
-            f"training data {data} has {len(records)} usable prompts, fewer than the "
+            f"training data {data} has {n_own} usable prompts, fewer than the "
             f"{settings['prompts_per_step']} prompts of one rollout step (train.prompts_per_step)"
         )
     if dropped:
         print(
-            f"[{tag}] {dropped} of {dropped + len(records)} prompts longer than "
+            f"[{tag}] {dropped} of {dropped + n_own} prompts longer than "
             f"{settings['max_prompt_length']} tokens left out",
             flush=True,
         )
-    dataset = Dataset.from_dict(
-        {
-            "prompt": [r["prompt"] for r in records],
-            "answer": [r.get("answer", "") for r in records],
-            "tests": [json.dumps(r.get("tests", [])) for r in records],
-        }
-    )
+    if replay:
+        print(
+            f"[{tag}] replay: {replay['replayed_prompts']} prompts of {', '.join(settings['replay']['domains'])} "
+            f"added to {replay['current_prompts']} ({replay['replayed_share']:.3f} of the pool)",
+            flush=True,
+        )
+    dataset = Dataset.from_dict(columns)
 
     plan = batch_plan(settings)
-    reward = make_reward(settings["domain"], settings.get("rewards"))
+    reward = stage_reward(settings)
     progress, resume_state = _callbacks(
         tag, plan, settings["collapse_patience"], settings["stop_on_collapse"], state_dir, tokenizer
     )
     trainer = build_trainer(
-        settings, parent, dataset, tokenizer, [reward, boxed_count], state_dir, callbacks=[progress, resume_state]
+        settings,
+        parent,
+        dataset,
+        tokenizer,
+        [reward, boxed_count],
+        state_dir,
+        callbacks=[progress, resume_state],
+        reference=reference,
     )
     args, trainer_cls = trainer.args, type(trainer)
     method = get_method(settings["run"]["method"])
@@ -445,6 +561,7 @@ def train_stage(
             "lr_schedule": f"linear warm-up over {settings['warmup_steps']} rollout steps, then constant",
             "precision": "bf16 autocast, fp32 master weights" if args.bf16 else "fp32",
         },
+        "objective": objective(settings, args, plan, replay),
         "rollout_importance_sampling": _rollout_is(settings["family"], args),
         "trainer_config": json.loads(args.to_json_string()),
         "versions": _versions(),
