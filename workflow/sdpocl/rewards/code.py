@@ -61,25 +61,28 @@ def score_code(
     max_workers: int | None = None,
 ) -> list[float]:
     """1.0 / 0.0 per completion: its longest code block passes every one of its tests (one
-    sandbox batch).  No code block or no tests -> 0.0."""
+    sandbox batch).  No code block or no tests -> 0.0.  Identical programs (the same code block
+    with the same tests: the samples of a group often agree) run once, and every copy gets
+    that result."""
     rewards = [0.0] * len(completions)
-    codes: list[str] = []
-    test_lists: list[list[str]] = []
-    where: list[int] = []
+    programs: dict[tuple[str, tuple[str, ...]], int] = {}  # (code, tests) -> index of its run
+    where: list[tuple[int, int]] = []  # (completion, run)
     for i, (c, t) in enumerate(zip(completions, tests)):
         code = extract_code_block(c)
         test_list = parse_tests(t)
         if code is None or not test_list:
             continue
-        codes.append(code)
-        test_lists.append(test_list)
-        where.append(i)
-    if codes:
+        where.append((i, programs.setdefault((code, tuple(test_list)), len(programs))))
+    if programs:
         results = sandbox.run_batch(
-            codes, tests=test_lists, timeout_s=timeout_s, memory_mb=memory_mb, max_workers=max_workers
+            [code for code, _ in programs],
+            tests=[list(test_list) for _, test_list in programs],
+            timeout_s=timeout_s,
+            memory_mb=memory_mb,
+            max_workers=max_workers,
         )
-        for i, res in zip(where, results):
-            rewards[i] = 1.0 if res.ok else 0.0
+        for i, j in where:
+            rewards[i] = 1.0 if results[j].ok else 0.0
     return rewards
 
 
