@@ -419,3 +419,26 @@ def test_evaluate_reports_bfcl_category_mean_and_checks_lm_eval_against_the_prom
     assert json.loads((tmp_path / "eval" / "scores.json").read_text())["benchmarks"]["bfcl_v4"]["acc"] == s["acc"]
     logged = [json.loads(line) for line in (tmp_path / "eval" / "samples" / "bfcl_v4.jsonl").read_text().splitlines()]
     assert sorted(r["category"] for r in logged) == sorted(r["category"] for r in recs)
+
+
+def test_ood_reference_solutions_score_one_and_warmup_never_sees_a_benchmark_problem():
+    """The general-skills warm-up of the tiny base (train split of the OOD task types) shares no
+    prompt with any benchmark (test split), and every reference solution it trains on is right."""
+    from sdpocl.data.benchmarks import general_examples
+
+    for name in OOD_GENERATORS:
+        test = generate_ood(name, 32, 0)
+        train = generate_ood(name, 32, 0, split="train")
+        assert not {r["prompt"] for r in test} & {r["prompt"] for r in train}, name
+        for recs in (test, train):
+            kw = {"tests": [r["tests"] for r in recs]} if recs[0]["domain"] == "code" else {}
+            scores = reward_for(recs[0]["domain"])(
+                [r["solution"] for r in recs], answer=[r["answer"] for r in recs], **kw
+            )
+            assert scores == [1.0] * len(recs), name
+    warm = general_examples(60, 0)
+    assert len(warm) == 60 and {r["dataset"] for r in warm} == set(OOD_GENERATORS)
+    test_prompts = {r["prompt"] for name in OOD_GENERATORS for r in generate_ood(name, 100, 0, strict=False)}
+    assert not {r["prompt"] for r in warm} & test_prompts
+    with pytest.raises(ValueError, match="unknown split"):
+        generate_ood("logic_grid", 2, 0, split="dev")

@@ -27,9 +27,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from sdpocl.data.domains import _CITIES, _QUERIES, COMPOUNDS, DOMAINS, _stable_int
+from sdpocl.data.domains import _CITIES, _QUERIES, COMPOUNDS, DOMAINS, SPLITS, _stable_int, split_of
 
-__all__ = ["Benchmark", "BENCHMARKS", "OOD_GENERATORS", "benchmark", "generate_ood", "benchmarks_for"]
+__all__ = [
+    "Benchmark",
+    "BENCHMARKS",
+    "OOD_GENERATORS",
+    "benchmark",
+    "generate_ood",
+    "general_examples",
+    "benchmarks_for",
+]
 
 
 @dataclass(frozen=True)
@@ -42,21 +50,29 @@ class Benchmark:
     analogue: str  # the paper's benchmark it stands in for
 
 
-def _record(name: str, reward: str, prompt: str, answer: str, tests: list[str] | None = None) -> dict[str, Any]:
+def _record(
+    name: str, reward: str, prompt: str, answer: str, solution: str, tests: list[str] | None = None
+) -> dict[str, Any]:
     return {
         "prompt": prompt,
         "answer": answer,
         "tests": list(tests or []),
         "domain": reward,
         "dataset": name,
-        "solution": "",
+        "solution": solution,
     }
+
+
+def _mc_solution(reasoning: str, letter: str) -> str:
+    return f" <think>{reasoning}</think> <answer>{letter}</answer>"
 
 
 def _arith_words(rng: random.Random) -> dict[str, Any]:
     a, b = rng.randrange(10, 100), rng.randrange(2, 10)
     prompt = f"What is {a} plus {b}?\n\nPlease reason step by step, and put your final answer within \\boxed{{}}."
-    return _record("arith_words", "math", prompt, str(a + b))
+    units = a % 10
+    solution = f" <think>{units}+{b}={units + b}; {a - units}+{units + b}={a + b}</think> \\boxed{{{a + b}}}"
+    return _record("arith_words", "math", prompt, str(a + b), solution)
 
 
 _LETTERS = "ABCD"
@@ -75,19 +91,76 @@ def _science_reworded(rng: random.Random) -> dict[str, Any]:
     prompt = (
         question + "\n\n" + "\n".join(f"({L}) {o}" for L, o in zip(_LETTERS, opts)) + "\nPlease reason step by step."
     )
-    return _record("science_reworded", "science", prompt, _LETTERS[idx])
+    listing = ", ".join(f"{o} {v}" for o, v in zip(opts, vals))
+    solution = _mc_solution(f"{listing}; {'max' if hot else 'min'} {opts[idx]}", _LETTERS[idx])
+    return _record("science_reworded", "science", prompt, _LETTERS[idx], solution)
 
 
-#: a second schema: two trained tools asked in new words, and a new tool (get_time)
+#: a second schema: two trained tools asked in new words, and a new tool (get_time); the values
+#: include places and topics never seen in training, which the answer must copy from the request
+_MORE_CITIES = (
+    "Dublin",
+    "Vienna",
+    "Prague",
+    "Lisbon",
+    "Seoul",
+    "Bangkok",
+    "Nairobi",
+    "Quito",
+    "Havana",
+    "Manila",
+    "Warsaw",
+    "Athens",
+    "Helsinki",
+    "Dakar",
+    "Denver",
+    "Austin",
+    "Boston",
+    "Chicago",
+    "Miami",
+    "Zurich",
+)
+_MORE_QUERIES = (
+    "tea gardens",
+    "bike repair",
+    "star maps",
+    "paper cranes",
+    "rock climbing",
+    "bread baking",
+    "tide tables",
+    "violin lessons",
+    "garden snails",
+    "kite making",
+    "river fishing",
+    "lamp design",
+)
 _TOOLS2 = {
-    "search_web": (("query",), _QUERIES),
-    "get_weather": (("city",), _CITIES),
-    "get_time": (("city",), _CITIES),
+    "search_web": (("query",), _QUERIES + _MORE_QUERIES),
+    "get_weather": (("city",), _CITIES + _MORE_CITIES),
+    "get_time": (("city",), _CITIES + _MORE_CITIES),
 }
 _TOOL2_TEMPLATES = {
-    "search_web": ("Please search the web for {query}.", "I need information about {query}.", "Browse for {query}."),
-    "get_weather": ("Weather report for {city}.", "Will it be sunny in {city}?", "Forecast for {city}, please."),
-    "get_time": ("What time is it in {city}?", "Tell me the local time in {city}.", "Current time in {city}."),
+    "search_web": (
+        "Please search the web for {query}.",
+        "I need information about {query}.",
+        "Browse for {query}.",
+        "Any web results on {query}?",
+        "Go online and find {query}.",
+    ),
+    "get_weather": (
+        "Weather report for {city}.",
+        "Will it be sunny in {city}?",
+        "Forecast for {city}, please.",
+        "Is it cold in {city} today?",
+        "How is the weather over in {city}?",
+    ),
+    "get_time": (
+        "What time is it in {city}?",
+        "Tell me the local time in {city}.",
+        "Current time in {city}.",
+        "Which hour is it now in {city}?",
+        "Clock check for {city}, please.",
+    ),
 }
 _TOOL2_HEADER = (
     "Tools: "
@@ -101,7 +174,8 @@ def _tool_schema2(rng: random.Random) -> dict[str, Any]:
     (arg,), values = _TOOLS2[name]
     args = {arg: rng.choice(values)}
     prompt = _TOOL2_HEADER + rng.choice(_TOOL2_TEMPLATES[name]).format(**args)
-    return _record("tool_schema2", "tooluse", prompt, json.dumps({"actions": [name], "input": args}))
+    solution = f" <think>use {name}</think> Action: {name}\nAction Input: {json.dumps(args)}"
+    return _record("tool_schema2", "tooluse", prompt, json.dumps({"actions": [name], "input": args}), solution)
 
 
 _CODE_HEADER = "You are a coding expert. Provide the complete code in a code block enclosed with ``` ```.\n"
@@ -114,7 +188,9 @@ def _code_reworded(rng: random.Random) -> dict[str, Any]:
     prompt = _CODE_HEADER + f"Create a Python function {f}({x}) which gives {x} {op} the sum of {a} and {b}."
     fn = {"+": lambda v: v + a + b, "-": lambda v: v - (a + b), "*": lambda v: v * (a + b)}[sym]
     tests = [f"assert {f}({v}) == {fn(v)}" for v in rng.sample(range(0, 30), 3)]
-    return _record("code_reworded", "code", prompt, "", tests)
+    expr = f"{x}{sym}{a + b}"
+    solution = f" <think>{a}+{b}={a + b}; return {expr}</think> ```python\ndef {f}({x}):\n    return {expr}\n```"
+    return _record("code_reworded", "code", prompt, "", solution, tests)
 
 
 _COLOURS = ("red", "blue", "green", "white", "yellow")
@@ -134,7 +210,9 @@ def _logic_grid(rng: random.Random) -> dict[str, Any]:
         + "\n".join(f"{L}: {o}" for L, o in zip(_LETTERS, opts))
         + "\nPlease reason step by step."
     )
-    return _record("logic_grid", "science", prompt, _LETTERS[opts.index(colours[ask])])
+    letter = _LETTERS[opts.index(colours[ask])]
+    solution = _mc_solution(f"{' and '.join(sorted(clues))}; {_ORDINALS[ask]} {colours[ask]}", letter)
+    return _record("logic_grid", "science", prompt, letter, solution)
 
 
 _CAPITALS = {
@@ -163,7 +241,8 @@ def _knowledge_mc(rng: random.Random) -> dict[str, Any]:
         + "\n".join(f"{L}: {o}" for L, o in zip(_LETTERS, opts))
         + "\nPlease reason step by step."
     )
-    return _record("knowledge_mc", "science", prompt, _LETTERS[opts.index(_CAPITALS[country])])
+    letter = _LETTERS[opts.index(_CAPITALS[country])]
+    return _record("knowledge_mc", "science", prompt, letter, _mc_solution(f"{country}: {_CAPITALS[country]}", letter))
 
 
 OOD_GENERATORS: dict[str, tuple[Callable[[random.Random], dict], Benchmark]] = {
@@ -197,23 +276,44 @@ def benchmark(name: str) -> Benchmark:
     return Benchmark(name, "ood", "", "", "", name)
 
 
-def generate_ood(name: str, n: int, seed: int) -> list[dict[str, Any]]:
-    """``n`` distinct problems of OOD benchmark ``name`` (deterministic in name, n, seed)."""
+def generate_ood(name: str, n: int, seed: int, split: str = "test", *, strict: bool = True) -> list[dict[str, Any]]:
+    """``n`` distinct problems of OOD benchmark ``name`` from ``split`` (deterministic in name, n, seed).
+
+    As for the training domains (:func:`sdpocl.data.domains.split_of`), a problem belongs to the
+    ``test`` split (the benchmark) or the ``train`` split by a stable hash of its prompt, so the
+    base model's general-skills warm-up (``train``, :func:`general_examples`) never sees a benchmark
+    problem. ``strict=False`` returns fewer when fewer exist instead of raising."""
     if name not in OOD_GENERATORS:
         raise ValueError(f"unknown OOD benchmark {name!r}; known: {', '.join(OOD_GENERATORS)}")
+    if split not in SPLITS:
+        raise ValueError(f"unknown split {split!r}; valid splits: {', '.join(SPLITS)}")
     gen = OOD_GENERATORS[name][0]
-    rng = random.Random(_stable_int("sdpocl-ood", name, seed))
+    key = ("sdpocl-ood", name, seed) if split == "test" else ("sdpocl-ood", name, split, seed)
+    rng = random.Random(_stable_int(*key))
     seen: set[str] = set()
     out: list[dict[str, Any]] = []
-    for _ in range(100 * n + 1000):
+    for _ in range(200 * n + 2000):
         if len(out) == n:
             break
         rec = gen(rng)
-        if rec["prompt"] not in seen:
+        if rec["prompt"] not in seen and split_of(rec["prompt"]) == split:
             seen.add(rec["prompt"])
             out.append(rec)
-    if len(out) < n:
-        raise ValueError(f"{name}: cannot draw {n} distinct problems (only {len(out)} exist)")
+    if len(out) < n and strict:
+        raise ValueError(f"{name}: cannot draw {n} distinct {split} problems (only {len(out)} exist)")
+    return out
+
+
+def general_examples(n: int, seed: int) -> list[dict[str, Any]]:
+    """``n`` warm-up examples of the OOD benchmarks' task types (their ``train`` split, evenly over
+    the benchmarks): the tiny preset's stand-in for the general skills a real base model brings from
+    pretraining, which the OOD benchmarks probe and the RL stages never train."""
+    names = sorted(OOD_GENERATORS)
+    counts = [n // len(names) + (1 if i < n % len(names) else 0) for i in range(len(names))]
+    out = []
+    for name, k in zip(names, counts):
+        pool = generate_ood(name, k, seed, split="train", strict=False)
+        out += [pool[j % len(pool)] for j in range(k)]  # a small task type repeats
     return out
 
 

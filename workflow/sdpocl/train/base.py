@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 from sdpocl.data import domains
+from sdpocl.data.benchmarks import general_examples
 
 EOS = "<|endoftext|>"
 
@@ -29,6 +30,7 @@ def train_tokenizer(vocab_size: int, seed: int, out_dir: Path):
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=[EOS], show_progress=False)
     corpus = list(domains.corpus(seed))
+    corpus += [text for r in general_examples(600, seed) for text in (r["prompt"], r["solution"])]
     tok.train_from_iterator(corpus, trainer=trainer)
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=EOS, pad_token=EOS, model_max_length=1024)
     fast.save_pretrained(out_dir)
@@ -57,6 +59,19 @@ def init_model(tokenizer, cfg: dict, seed: int):
     return Qwen3ForCausalLM(mcfg)
 
 
+def warmup_examples(cfg: dict) -> list[dict]:
+    """The SFT warm-up: the four domains (a share in SDPO's re-prompt format) and, for
+    ``general_frac`` of the examples, the OOD benchmarks' task types (their train split), standing
+    in for the general skills a real base model brings from pretraining."""
+    import random
+
+    n_general = round(cfg["sft_examples"] * cfg["general_frac"])
+    examples = domains.sft_mixture(cfg["sft_examples"] - n_general, cfg["seed"], cfg["reprompt_frac"])
+    examples += [{"prompt": r["prompt"], "completion": r["solution"]} for r in general_examples(n_general, cfg["seed"])]
+    random.Random(domains._stable_int("sdpocl-warmup", cfg["seed"])).shuffle(examples)
+    return [{"prompt": ex["prompt"], "completion": ex["completion"]} for ex in examples]
+
+
 def build_base(cfg: dict, data_cfg: dict, out_dir: Path, threads: int = 2) -> dict:
     """Train tokenizer, init and SFT-warm the model, save it to ``out_dir``; return a summary."""
     import tempfile
@@ -77,10 +92,7 @@ def build_base(cfg: dict, data_cfg: dict, out_dir: Path, threads: int = 2) -> di
 
     summary = {"vocab_size": len(tokenizer), "n_params": n_params, "sft_steps": cfg["sft_steps"]}
     if cfg["sft_steps"] > 0:
-        examples = [
-            {"prompt": ex["prompt"], "completion": ex["completion"]}
-            for ex in domains.sft_mixture(cfg["sft_examples"], cfg["seed"], cfg["reprompt_frac"])
-        ]
+        examples = warmup_examples(cfg)
         with tempfile.TemporaryDirectory() as tmp:
             args = SFTConfig(
                 output_dir=tmp,
