@@ -250,7 +250,7 @@ def _interrupt_after_checkpoint(
     deadline = time.time() + timeout
     while time.time() < deadline:
         assert proc.poll() is None, "snakemake ended before a checkpoint could be interrupted"
-        done = sorted(int(p.parent.name.split("-")[1]) for p in state.glob("checkpoint-*/COMPLETE"))
+        done = sorted(int(p.parent.name.rsplit("-", 1)[1]) for p in state.glob("resume-step-*/COMPLETE"))
         if done:
             queue = slurm.run("squeue", "--noheader", "--format=%i %T %k").stdout.splitlines()
             running = [line.split()[0] for line in queue if "rule_train_stage" in line]
@@ -316,9 +316,9 @@ def test_interrupted_train_job_resumes_from_its_checkpoint(slurm, slurm_smoke, t
     summary = json.loads((stage / "summary.json").read_text())
     assert summary["steps_done"] == summary["steps_planned"] == 120
     resumed = summary["resumed_from"]
-    assert resumed and resumed.startswith("checkpoint-"), summary
+    assert resumed and resumed.startswith("step-"), summary  # resume state resume-step-N
     assert seen <= int(resumed.split("-")[1]) < 120, (seen, resumed)
-    assert f"resuming from {resumed}" in (results / "logs" / "train" / run / f"{first_domain}.log").read_text()
+    assert f"resuming from resume-{resumed}" in (results / "logs" / "train" / run / f"{first_domain}.log").read_text()
     assert not state.exists(), "resume state is removed after success"
 
     comment = f"rule_train_stage_wildcards_{run}_{first_domain}"
