@@ -23,3 +23,16 @@ def smoke_results(tmp_path_factory):
     results = tmp_path_factory.mktemp("smoke") / "results"
     snakemake("--profile", "profiles/local", results=results)
     return results
+
+
+@pytest.fixture(scope="session")
+def tiny_standin(tmp_path_factory):
+    """A random tiny Qwen3 (no SFT: its samples vary in length, which the tests' rewards use) and
+    the math records its tokenizer was built from; read-only for the tests that share it."""
+    from sdpocl.data.domains import generate
+    from sdpocl.train.paper_base import build_standin
+
+    out = tmp_path_factory.mktemp("tiny") / "model"
+    recs = generate("math", "train", 64, 0)
+    build_standin(out, [r["prompt"] + r["solution"] for r in recs], vocab_size=300, hidden_size=32)
+    return out, recs

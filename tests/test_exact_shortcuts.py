@@ -13,24 +13,12 @@ import pytest
 import torch
 
 from sdpocl.config import expand_runs, stage_settings, validate_config
-from sdpocl.data.domains import generate
 from sdpocl.rewards import code as code_rewards
 from sdpocl.train import trainers
 from sdpocl.train.methods import RunSpec
 from sdpocl.train.plan import batch_plan
 from sdpocl.train.stage import build_trainer, step_log
 from sdpocl.train.trainers import SchedGRPOTrainer, select_rows
-
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    """A random tiny Qwen3 (its samples vary in length, which the reward below uses)."""
-    from sdpocl.train.paper_base import build_standin
-
-    out = tmp_path_factory.mktemp("tiny") / "model"
-    recs = generate("math", "train", 64, 0)
-    build_standin(out, [r["prompt"] + r["solution"] for r in recs], vocab_size=300, hidden_size=32)
-    return out, recs
 
 
 def flat_or_parity(completions, flat, **kwargs):
@@ -56,12 +44,12 @@ def _settings(smoke_config, method: str, **knobs) -> dict:
     return s
 
 
-def _train(settings, tiny, out, shortcuts: bool, cls_extra: dict | None = None):
+def _train(settings, tiny_standin, out, shortcuts: bool, cls_extra: dict | None = None):
     """Train from the seed; returns (trainer, per-step log, weights)."""
     from datasets import Dataset
     from transformers import AutoTokenizer
 
-    model_dir, recs = tiny
+    model_dir, recs = tiny_standin
     tok = AutoTokenizer.from_pretrained(model_dir)
     data = Dataset.from_dict(
         {
@@ -126,7 +114,7 @@ def _rows_spy(monkeypatch):
 # GRPO
 
 
-def test_grpo_shortcuts_are_exact_and_skip_the_work(tiny, smoke_config, tmp_path, monkeypatch):
+def test_grpo_shortcuts_are_exact_and_skip_the_work(tiny_standin, smoke_config, tmp_path, monkeypatch):
     """4 optimizer steps per rollout step: the old log-probs come from generate (no second no-grad
     forward), zero-advantage rows stay out of the forward/backward; rewards, losses, grad norms, clip
     ratios and weights as TRL's own."""
@@ -136,11 +124,11 @@ def test_grpo_shortcuts_are_exact_and_skip_the_work(tiny, smoke_config, tmp_path
     plan = batch_plan(settings)
     assert plan.optimizer_steps == 4 and plan.grad_accum == 1  # TRL computes old log-probs
     forwards = _spy(monkeypatch, GRPOTrainer, "_get_per_token_logps_and_entropies")
-    original = _train(settings, tiny, tmp_path / "o", shortcuts=False)
+    original = _train(settings, tiny_standin, tmp_path / "o", shortcuts=False)
     assert forwards == {"no_grad": 3, "grad": 12}  # the old log-probs once per rollout step, one per update
     forwards.update(grad=0, no_grad=0)
     rows = _rows_spy(monkeypatch)
-    fast = _train(settings, tiny, tmp_path / "f", shortcuts=True)
+    fast = _train(settings, tiny_standin, tmp_path / "f", shortcuts=True)
     assert forwards == {"no_grad": 0, "grad": 12}  # the no-grad forward is gone
     assert rows and sum(k for k, _ in rows) < sum(n for _, n in rows)  # some rows were left out
     _same_run(original, fast, ("reward", "loss", "grad_norm", "completion_length"))
@@ -151,7 +139,7 @@ def test_grpo_shortcuts_are_exact_and_skip_the_work(tiny, smoke_config, tmp_path
         assert f == pytest.approx(o, abs=1e-6), key
 
 
-def test_generation_logps_equal_trls_forward_also_with_sampling_processors(tiny, smoke_config, tmp_path):
+def test_generation_logps_equal_trls_forward_also_with_sampling_processors(tiny_standin, smoke_config, tmp_path):
     """The log-probs recorded while sampling are log_softmax(logits / T) of the raw logits, what TRL's
     forward computes: equal to it, also when top-k / top-p / a repetition penalty shape the sampling."""
     diffs = []
@@ -172,19 +160,20 @@ def test_generation_logps_equal_trls_forward_also_with_sampling_processors(tiny,
         settings = _settings(smoke_config, "grpo", temperature=sampler.pop("temperature", None))
         settings.update(steps=1)
         settings["method_settings"].update(sampler)
-        trainer, _, _ = _train(settings, tiny, tmp_path / str(i), True, {"_get_per_token_logps_and_entropies": compare})
+        spy = {"_get_per_token_logps_and_entropies": compare}
+        trainer, _, _ = _train(settings, tiny_standin, tmp_path / str(i), True, spy)
         assert trainer.generation_config.top_k == sampler.get("top_k", 0) or not sampler
         assert len(diffs) == i + 1 and diffs[-1] < 1e-5, diffs
 
 
-def test_grpo_shortcuts_switch_off_where_not_exact(tiny, smoke_config, tmp_path, monkeypatch):
+def test_grpo_shortcuts_switch_off_where_not_exact(tiny_standin, smoke_config, tmp_path, monkeypatch):
     """KL anchor (beta > 0): every row has a KL term, so no row is skipped (the old log-probs still come
     from generate); the run equals TRL's own. The conditions of each shortcut, one by one."""
     settings = _settings(smoke_config, "grpo", kl_beta=0.1)
     settings.update(steps=3)
-    original = _train(settings, tiny, tmp_path / "o", shortcuts=False)
+    original = _train(settings, tiny_standin, tmp_path / "o", shortcuts=False)
     rows = _rows_spy(monkeypatch)
-    fast = _train(settings, tiny, tmp_path / "f", shortcuts=True)
+    fast = _train(settings, tiny_standin, tmp_path / "f", shortcuts=True)
     assert rows == []
     _same_run(original, fast, ("reward", "loss", "grad_norm", "kl"))
 
@@ -243,15 +232,15 @@ SDPO_KEYS = ("reward", "loss", "grad_norm", "distill_token_fraction", "distill_s
     ],
     ids=["sdpo0", "sdpo0+mask+confidence"],
 )
-def test_sdpo_distils_only_demonstrated_rows_exactly(tiny, smoke_config, tmp_path, monkeypatch, knobs, extra):
+def test_sdpo_distils_only_demonstrated_rows_exactly(tiny_standin, smoke_config, tmp_path, monkeypatch, knobs, extra):
     """SDPO_0: only rows with a demonstration go through the student and teacher forwards; token masking
     draws the same masks over the whole batch and the confidence filter stays exact; rewards, losses, the
     distilled-token fraction, the filter's kept share and the weights as TRL's own."""
     settings = _settings(smoke_config, "sdpo", **knobs)
     assert settings["method_settings"]["distillation_weight"] == 1.0
-    original = _train(settings, tiny, tmp_path / "o", shortcuts=False)
+    original = _train(settings, tiny_standin, tmp_path / "o", shortcuts=False)
     rows = _rows_spy(monkeypatch)
-    fast = _train(settings, tiny, tmp_path / "f", shortcuts=True)
+    fast = _train(settings, tiny_standin, tmp_path / "f", shortcuts=True)
     assert rows and sum(k for k, _ in rows) < sum(n for _, n in rows)
     assert any(k > 0 for k, _ in rows)  # and some were distilled
     _same_run(original, fast, SDPO_KEYS + tuple(extra))
@@ -263,14 +252,14 @@ def test_sdpo_distils_only_demonstrated_rows_exactly(tiny, smoke_config, tmp_pat
 
 
 @pytest.mark.parametrize("knobs", [{"distillation_weight": 0.5}, {"kl_beta": 0.1}], ids=["hybrid", "kl"])
-def test_sdpo_row_selection_is_off_when_every_row_counts(tiny, smoke_config, tmp_path, monkeypatch, knobs):
+def test_sdpo_row_selection_is_off_when_every_row_counts(tiny_standin, smoke_config, tmp_path, monkeypatch, knobs):
     """Hybrid (a policy term over every row) and the KL anchor (a KL term over every row): the unchanged
     path, equal to the original."""
     settings = _settings(smoke_config, "sdpo", **knobs)
     settings.update(steps=3)
-    original = _train(settings, tiny, tmp_path / "o", shortcuts=False)
+    original = _train(settings, tiny_standin, tmp_path / "o", shortcuts=False)
     rows = _rows_spy(monkeypatch)
-    fast = _train(settings, tiny, tmp_path / "f", shortcuts=True)
+    fast = _train(settings, tiny_standin, tmp_path / "f", shortcuts=True)
     assert rows == []
     keys = ("reward", "loss", "grad_norm", "distill_token_fraction") + (("kl",) if "kl_beta" in knobs else ())
     _same_run(original, fast, keys, weight_atol=0.0)
@@ -279,10 +268,10 @@ def test_sdpo_row_selection_is_off_when_every_row_counts(tiny, smoke_config, tmp
     assert trainer.distilled_rows(batch) is None
 
 
-def test_sdpo_distilled_rows_conditions(tiny, smoke_config, tmp_path):
+def test_sdpo_distilled_rows_conditions(tiny_standin, smoke_config, tmp_path):
     settings = _settings(smoke_config, "sdpo")
     settings.update(steps=1)
-    trainer, _, _ = _train(settings, tiny, tmp_path / "t", shortcuts=True)
+    trainer, _, _ = _train(settings, tiny_standin, tmp_path / "t", shortcuts=True)
     batch = {
         "completion_ids": torch.zeros(3, 1, dtype=torch.long),
         "completion_mask": torch.ones(3, 1, dtype=torch.long),
@@ -304,11 +293,11 @@ def test_sdpo_distilled_rows_conditions(tiny, smoke_config, tmp_path):
     assert trainer.distilled_rows(batch) is None
 
 
-def test_token_masks_are_drawn_over_the_whole_batch(tiny, smoke_config, tmp_path):
+def test_token_masks_are_drawn_over_the_whole_batch(tiny_standin, smoke_config, tmp_path):
     """The keep mask a row gets does not depend on which rows go through the forwards."""
     settings = _settings(smoke_config, "sdpo", mask_prob=0.5)
     settings.update(steps=1)
-    trainer, _, _ = _train(settings, tiny, tmp_path / "t", shortcuts=True)
+    trainer, _, _ = _train(settings, tiny_standin, tmp_path / "t", shortcuts=True)
     full = trainer.token_keep((6, 5))
     assert torch.equal(full, trainer.token_keep((6, 5)))
     batch = {

@@ -10,20 +10,8 @@ import pytest
 import torch
 
 from sdpocl.config import expand_runs, stage_settings, validate_config
-from sdpocl.data.domains import generate
 from sdpocl.train.plan import batch_plan
 from sdpocl.train.stage import build_trainer, train_stage
-
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    """A random tiny Qwen3 (no SFT: its samples vary in length, which the parity reward below uses)."""
-    from sdpocl.train.paper_base import build_standin
-
-    out = tmp_path_factory.mktemp("tiny") / "model"
-    recs = generate("math", "train", 64, 0)
-    build_standin(out, [r["prompt"] + r["solution"] for r in recs], vocab_size=300, hidden_size=32)
-    return out, recs
 
 
 def parity_reward(completions, **kwargs):
@@ -82,9 +70,9 @@ class Recorder:
 
 
 @pytest.mark.parametrize("method, per_rollout", [("grpo", 4), ("sdpo", 1)])
-def test_optimizer_steps_per_rollout_step(tiny, smoke_config, tmp_path, method, per_rollout):
+def test_optimizer_steps_per_rollout_step(tiny_standin, smoke_config, tmp_path, method, per_rollout):
     """GRPO: 4 mini-batches, one optimizer step each, per rollout step; SDPO: one (trainer state)."""
-    model, recs = tiny
+    model, recs = tiny_standin
     settings = _settings(smoke_config, method)
     rec = Recorder()
     trainer = _trainer(settings, model, recs, tmp_path / "out", [rec])
@@ -96,9 +84,9 @@ def test_optimizer_steps_per_rollout_step(tiny, smoke_config, tmp_path, method, 
 
 
 @pytest.mark.parametrize("method, micro", [("grpo", 1), ("sdpo", 4)])
-def test_accumulated_gradient_equals_full_batch(tiny, smoke_config, tmp_path, method, micro):
+def test_accumulated_gradient_equals_full_batch(tiny_standin, smoke_config, tmp_path, method, micro):
     """Micro-batches with gradient accumulation give the gradient of the whole optimizer mini-batch."""
-    model, recs = tiny
+    model, recs = tiny_standin
     grads = {}
     for name, size in (("full", None), ("accumulated", micro)):
         settings = _settings(smoke_config, method, micro_batch_size=size, steps=1)
@@ -116,9 +104,9 @@ def test_accumulated_gradient_equals_full_batch(tiny, smoke_config, tmp_path, me
         torch.testing.assert_close(grads["accumulated"][key], g, rtol=1e-4, atol=1e-7, msg=key)
 
 
-def test_master_weights_stay_fp32_under_bf16_autocast(tiny, smoke_config, tmp_path):
+def test_master_weights_stay_fp32_under_bf16_autocast(tiny_standin, smoke_config, tmp_path):
     """mixed_precision bf16: the forward runs in bf16 (autocast), weights and AdamW state stay fp32."""
-    model, recs = tiny
+    model, recs = tiny_standin
     settings = _settings(smoke_config, "grpo", mixed_precision="bf16", steps=1)
     trainer = _trainer(settings, model, recs, tmp_path / "out")
     assert trainer.args.bf16 is True
@@ -135,9 +123,9 @@ def test_master_weights_stay_fp32_under_bf16_autocast(tiny, smoke_config, tmp_pa
     assert states and all(s["exp_avg"].dtype == torch.float32 for s in states)
 
 
-def test_checkpoints_and_log_count_rollout_steps(tiny, smoke_config, tmp_path):
+def test_checkpoints_and_log_count_rollout_steps(tiny_standin, smoke_config, tmp_path):
     """Every index the stage writes is a rollout step: GRPO's 8 optimizer steps are steps 1..2."""
-    model, recs = tiny
+    model, recs = tiny_standin
     data = tmp_path / "math.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in recs))
     settings = _settings(smoke_config, "grpo")
