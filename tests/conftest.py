@@ -7,17 +7,6 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def pytest_collection_modifyitems(config, items):
-    """Under pytest-xdist (`--dist loadgroup`, the default in pyproject.toml) keep each test file on
-    one worker, so module and session fixtures are built once, and put every file that uses the
-    shared `smoke_results` run on the same worker, so the smoke workflow runs once per session."""
-    files_using_smoke = {item.path for item in items if "smoke_results" in getattr(item, "fixturenames", ())}
-    for item in items:
-        if item.get_closest_marker("xdist_group") is None:
-            group = "smoke_results" if item.path in files_using_smoke else item.path.stem
-            item.add_marker(pytest.mark.xdist_group(group))
-
-
 @pytest.fixture
 def smoke_config():
     """A fresh, unvalidated copy of config/smoke.yaml."""
