@@ -183,8 +183,8 @@ def test_science_correct():
             letters[want] += 1
             assert r["answer"] == want
             assert re.findall(r"<answer>([A-D])</answer>", r["solution"]) == [want]
-            listing = ", ".join(f"{opts[k]} {vals[k]}" for k in "ABCD")
-            assert r["solution"] == (f" <think>{listing}; {word} {opts[want]}</think> <answer>{want}</answer>")
+            listing = ", ".join(f"{opts[k]} {k} {vals[k]}" for k in "ABCD")
+            assert r["solution"] == (f" <think>{listing}; {word} {opts[want]} {want}</think> <answer>{want}</answer>")
     assert kinds["max"] > 300 and kinds["min"] > 300
     assert all(letters[k] > 100 for k in "ABCD")
 
@@ -226,6 +226,14 @@ def test_tooluse_correct():
     got = Counter(json.loads(r["answer"])["actions"][0] for r in D.generate("tooluse", "test", 200, seed=5))
     share = min(avail.values())
     assert all(got[t] >= min(avail[t], share) for t in D.TOOLS)
+
+
+def test_tooluse_default_splits_hold_every_tool_about_equally():
+    """The default preset's 500 train and 100 test prompts: every tool has enough distinct prompts
+    in each split to take its quarter (issue 12: convert_currency once filled 84% of train)."""
+    for split, n in (("train", 500), ("test", 100)):
+        per_tool = Counter(json.loads(r["answer"])["actions"][0] for r in D.generate("tooluse", split, n, seed=0))
+        assert sorted(per_tool.values()) == [n // 4] * 4, (split, per_tool)
 
 
 def _run_code_record(r) -> str:

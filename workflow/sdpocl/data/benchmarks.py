@@ -27,7 +27,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from sdpocl.data.domains import _CITIES, _QUERIES, COMPOUNDS, DOMAINS, SPLITS, _stable_int, split_of
+from sdpocl.data.domains import (
+    _CITIES,
+    _QUERIES,
+    COMPOUNDS,
+    DOMAINS,
+    SPLITS,
+    _stable_int,
+    science_reasoning,
+    split_of,
+)
 
 __all__ = [
     "Benchmark",
@@ -91,8 +100,7 @@ def _science_reworded(rng: random.Random) -> dict[str, Any]:
     prompt = (
         question + "\n\n" + "\n".join(f"({L}) {o}" for L, o in zip(_LETTERS, opts)) + "\nPlease reason step by step."
     )
-    listing = ", ".join(f"{o} {v}" for o, v in zip(opts, vals))
-    solution = _mc_solution(f"{listing}; {'max' if hot else 'min'} {opts[idx]}", _LETTERS[idx])
+    solution = _mc_solution(science_reasoning(opts, vals, "max" if hot else "min"), _LETTERS[idx])
     return _record("science_reworded", "science", prompt, _LETTERS[idx], solution)
 
 

@@ -164,6 +164,17 @@ _SCIENCE_QUESTIONS: dict[str, str] = {
 _LETTERS = "ABCD"
 
 
+def science_reasoning(opts: Sequence[str], vals: Sequence[int], kind: str) -> str:
+    """The reference reasoning of a boiling-point question: each option with its letter and value,
+    then the extreme one with its letter again, so the answer is a copy of the token after the
+    chosen name. Measured (docs/tiny-preset.md): the tiny base answers at chance with this layout as
+    with names alone (Acc@8 0.27): it finds the right compound but does not copy from its context."""
+    best = max(vals) if kind == "max" else min(vals)
+    idx = list(vals).index(best)
+    listing = ", ".join(f"{o} {L} {v}" for L, o, v in zip(_LETTERS, opts, vals))
+    return f"{listing}; {kind} {opts[idx]} {_LETTERS[idx]}"
+
+
 def _science_universe() -> list[tuple[Any, dict[str, Any]]]:
     names = list(COMPOUNDS)
     out = []
@@ -189,8 +200,7 @@ def _science_universe() -> list[tuple[Any, dict[str, Any]]]:
                             + "\n".join(f"{L}: {o}" for L, o in zip(_LETTERS, opts))
                             + "\nPlease reason step by step."
                         )
-                        listing = ", ".join(f"{o} {v}" for o, v in zip(opts, vals))
-                        solution = f" <think>{listing}; {kind} {opts[idx]}</think> <answer>{letter}</answer>"
+                        solution = f" <think>{science_reasoning(opts, vals, kind)}</think> <answer>{letter}</answer>"
                         out.append((kind, _record(prompt, letter, "science", solution)))
     return out
 
@@ -220,6 +230,18 @@ _CITIES = (
     "Delhi",
     "Sydney",
     "Toronto",
+    "Moscow",
+    "Beijing",
+    "Mumbai",
+    "Lagos",
+    "Dallas",
+    "Perth",
+    "Bergen",
+    "Porto",
+    "Kyoto",
+    "Osaka",
+    "Hanoi",
+    "Munich",
 )
 _CURRENCIES = ("USD", "EUR", "GBP", "JPY", "CNY", "INR", "CAD", "CHF")
 _AMOUNTS = (10, 20, 50, 100, 200, 500)
@@ -236,8 +258,23 @@ _QUERIES = (
     "bird songs",
     "train times",
     "tax rules",
+    "dog training",
+    "sushi places",
+    "car insurance",
+    "pizza dough",
+    "desk lamps",
+    "tennis rules",
+    "coffee beans",
+    "ski resorts",
+    "movie times",
+    "museum hours",
+    "guitar chords",
+    "rain boots",
 )
-_HOURS = tuple(range(1, 13))
+#: 24 cities, 24 queries, 23 hours and 7-8 wordings give every tool at least ~160 distinct prompts, so
+#: a 500-prompt train split holds each tool about equally (with 12 values and 3-4 wordings the other tools
+#: ran out of prompts and `convert_currency` filled 84% of it, against 62% of the test split)
+_HOURS = tuple(range(1, 24))
 
 _TOOL_TEMPLATES: dict[str, tuple[str, ...]] = {
     "get_weather": (
@@ -245,6 +282,10 @@ _TOOL_TEMPLATES: dict[str, tuple[str, ...]] = {
         "Tell me the weather in {city} today.",
         "Is it raining in {city}?",
         "How warm is it in {city} right now?",
+        "What's the forecast for {city}?",
+        "Check the weather in {city}.",
+        "Will it snow in {city} tomorrow?",
+        "Do I need an umbrella in {city}?",
     ),
     "convert_currency": (
         "Convert {amount} {source} to {target}.",
@@ -255,11 +296,19 @@ _TOOL_TEMPLATES: dict[str, tuple[str, ...]] = {
         "Search the web for {query}.",
         "Find information about {query}.",
         "Look up {query} online.",
+        "Search for {query}.",
+        "Can you look up {query}?",
+        "Web search: {query}.",
+        "Find me pages on {query}.",
     ),
     "set_alarm": (
         "Set an alarm for {hour} o'clock.",
         "Wake me up at {hour} o'clock.",
         "Please set an alarm at {hour}.",
+        "Alarm at {hour} o'clock, please.",
+        "I need an alarm at {hour}.",
+        "Ring me at {hour} o'clock.",
+        "Set my alarm to {hour}.",
     ),
 }
 
