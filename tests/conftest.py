@@ -7,6 +7,20 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def pytest_collection_modifyitems(items):
+    """End-to-end (``slow``) files first, those that share the smoke run after the others: under
+    pytest-xdist's ``--dist loadfile`` the rehearsal starts at once on one worker while another
+    runs the smoke files in a row (one smoke run), and the short files fill in, instead of the
+    longest file running alone at the end."""
+
+    def rank(item) -> int:
+        if item.get_closest_marker("slow") is None:
+            return 2
+        return 1 if "smoke_results" in getattr(item, "fixturenames", ()) else 0
+
+    items.sort(key=rank)
+
+
 @pytest.fixture
 def smoke_config():
     """A fresh, unvalidated copy of config/smoke.yaml."""
