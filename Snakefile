@@ -24,6 +24,18 @@ include: "workflow/rules/plot.smk"
 report: "workflow/report/workflow.rst"
 
 
+onstart:
+    start_job_server()
+
+
+onsuccess:
+    stop_job_server()
+
+
+onerror:
+    stop_job_server()
+
+
 rule all:
     default_target: True
     input:

@@ -7,18 +7,43 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 
 
+#: the files whose tests use the ``smoke_results`` session fixture: one pytest-xdist work unit,
+#: so one worker builds the smoke run once and runs them in a row (two workers would each build
+#: it, and one's reruns and stashed files would race the other's reads).
+SMOKE_FILES = frozenset({"test_caching.py", "test_eval_e2e.py", "test_mitigations.py", "test_train_e2e.py"})
+
+
 def pytest_collection_modifyitems(items):
     """End-to-end (``slow``) files first, those that share the smoke run after the others: under
-    pytest-xdist's ``--dist loadfile`` the rehearsal starts at once on one worker while another
-    runs the smoke files in a row (one smoke run), and the short files fill in, instead of the
-    longest file running alone at the end."""
+    pytest-xdist the rehearsal starts at once on one worker while another builds the smoke run,
+    and the short files fill in, instead of the longest file running alone at the end."""
+
+    stray = sorted(
+        {item.path.name for item in items if "smoke_results" in getattr(item, "fixturenames", ())} - SMOKE_FILES
+    )
+    if stray:
+        raise pytest.UsageError(f"tests/conftest.py: add {', '.join(stray)} to SMOKE_FILES (they use smoke_results)")
 
     def rank(item) -> int:
         if item.get_closest_marker("slow") is None:
             return 2
-        return 1 if "smoke_results" in getattr(item, "fixturenames", ()) else 0
+        return 1 if item.path.name in SMOKE_FILES else 0
 
     items.sort(key=rank)
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """``--dist loadfile`` with the SMOKE_FILES as one work unit."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class SmokeFilesTogether(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            scope = super()._split_scope(nodeid)
+            return "smoke_results" if Path(scope).name in SMOKE_FILES else scope
+
+    return SmokeFilesTogether(config, log)
 
 
 @pytest.fixture

@@ -24,6 +24,7 @@ from sdpocl.config import (
 from sdpocl.data.benchmarks import OOD_GENERATORS, benchmarks_for
 from sdpocl.data.loaders import OOD_BENCHMARKS as PAPER_OOD
 from sdpocl.data.domains import DOMAINS
+from sdpocl.jobserver import ENV as JOB_SERVER_ENV
 from sdpocl.prompts import resolve_prompt_format
 from sdpocl.train.paper_base import BaseModelError, check_base_available
 from sdpocl.plot.tables import BASE_META, FIGURE_CATEGORIES, FIGURE_TABLES
@@ -212,3 +213,55 @@ def mitigation_args(wildcards, input):
     if replay:
         args.append("--replay-data " + " ".join(shlex.quote(str(f)) for f in replay))
     return " ".join(args)
+
+
+# --- the job server (sdpocl.jobserver): local jobs fork from one process with torch imported ---
+
+_JOB_SERVER = {}
+
+
+def start_job_server():
+    """Start `sdpocl job-server` for this invocation's local jobs and point them to it
+    ($SDPOCL_JOB_SERVER); not for cluster execution or a software deployment method (conda,
+    apptainer: their jobs run another Python), nor with `job_server: false`."""
+    import shutil
+    import subprocess
+    import tempfile
+    import time
+
+    exe = shutil.which("sdpocl")
+    if not config.get("job_server", True) or not workflow.local_exec or exe is None:
+        return
+    if workflow.deployment_settings.deployment_method:
+        return
+    sockdir = tempfile.mkdtemp(prefix="sdpocl-")
+    path = os.path.join(sockdir, "jobs.sock")
+    logfile = Path(RESULTS) / "logs" / "job_server.log"
+    logfile.parent.mkdir(parents=True, exist_ok=True)
+    with open(logfile, "w") as log:
+        proc = subprocess.Popen(
+            [exe, "job-server", "--socket", path, "--watch-pid", str(os.getpid())],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
+    deadline = time.time() + 30
+    while not os.path.exists(path) and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.05)
+    if not os.path.exists(path):
+        proc.kill()
+        print(f"sdpocl: the job server did not start (see {logfile}); jobs start their own Python", file=sys.stderr)
+        return
+    os.environ[JOB_SERVER_ENV] = path  # set, not read: the jobs' `sdpocl` finds the server here
+    _JOB_SERVER.update(proc=proc, dir=sockdir)
+
+
+def stop_job_server():
+    import shutil
+
+    os.environ.pop(JOB_SERVER_ENV, None)
+    proc = _JOB_SERVER.pop("proc", None)
+    if proc is not None:
+        proc.terminate()
+        proc.wait(timeout=10)
+        shutil.rmtree(_JOB_SERVER.pop("dir"), ignore_errors=True)

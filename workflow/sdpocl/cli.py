@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
 from sdpocl.io import write_csv, write_json, write_jsonl
+from sdpocl.jobserver import ENV as JOB_SERVER_ENV
 
 
 def _paper_records(sources: list[str], split: str, a, stats: dict | None = None) -> list[dict]:
@@ -215,7 +217,6 @@ def _relaunch_on_gpus(argv: list[str]) -> int | None:
     """A job that sees several GPUs (Slurm exports its allocation) re-runs itself under
     ``accelerate launch`` with one FSDP process per GPU (:mod:`sdpocl.train.launch`); returns its
     exit code, or None for 1 GPU / CPU."""
-    import os
     import subprocess
     import tempfile
 
@@ -284,6 +285,12 @@ def cmd_show_grid(a) -> None:
     config = load_config(a.config)
     for run in expand_runs(config):
         print(f"{run.name:28s} {run.label:14s} " + "  ".join(chain_str(c) for c in chains_for(config, run)))
+
+
+def cmd_job_server(a) -> None:
+    from sdpocl.jobserver import serve
+
+    serve(a.socket, watch_pid=a.watch_pid)
 
 
 def _arg(*flags: str, **kwargs) -> tuple[tuple[str, ...], dict]:
@@ -501,6 +508,15 @@ COMMANDS = [
         ],
     ),
     (
+        "job-server",
+        "serve local jobs from one process that imported torch, TRL and lm-eval once (started by the Snakefile)",
+        cmd_job_server,
+        [
+            _arg("--socket", required=True, help="Unix socket path; jobs find it in $SDPOCL_JOB_SERVER"),
+            _arg("--watch-pid", type=int, help="exit when this process (Snakemake) is gone"),
+        ],
+    ),
+    (
         "show-grid",
         "list the runs and chains a config expands to",
         cmd_show_grid,
@@ -523,6 +539,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    if argv is None and os.environ.get(JOB_SERVER_ENV) and sys.argv[1:2] != ["job-server"]:
+        from sdpocl.jobserver import submit
+
+        status = submit(os.environ[JOB_SERVER_ENV], sys.argv[1:])
+        if status is not None:
+            return status
     argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser().parse_args(argv)
     args.argv = argv
