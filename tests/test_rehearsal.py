@@ -11,7 +11,7 @@ import time
 
 import pandas as pd
 import pytest
-from workflow_utils import BIN, ROOT, scheduled_jobs
+from workflow_utils import BIN, NOLOCK, ROOT, scheduled_jobs
 
 from sdpocl.config import chains_for, expand_runs, load_config
 from sdpocl.data.benchmarks import benchmarks_for
@@ -63,7 +63,7 @@ def rehearsal(tmp_path_factory):
     dry = subprocess.run([str(BIN / "snakemake"), "-n", *args], cwd=ROOT, capture_output=True, text=True)
     assert dry.returncode == 0, dry.stderr[-3000:]
     t0 = time.time()
-    run = subprocess.run([str(BIN / "snakemake"), *args], cwd=ROOT, capture_output=True, text=True)
+    run = subprocess.run([str(BIN / "snakemake"), *args, *NOLOCK], cwd=ROOT, capture_output=True, text=True)
     assert run.returncode == 0, f"{run.stdout[-3000:]}\n{run.stderr[-5000:]}"
     print(f"[rehearsal] {sum(scheduled_jobs(dry.stdout).values())} jobs in {time.time() - t0:.0f} s")
     return {"results": results, "standin": standin, "jobs": scheduled_jobs(dry.stdout)}

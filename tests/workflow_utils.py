@@ -10,6 +10,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
+#: The tests run Snakemake concurrently in this one checkout (pytest-xdist workers), each on its own
+#: results. Snakemake 9.27's unlock removes the whole `.snakemake/locks/` directory at the end of a
+#: run, so another run writing its lock at that moment fails (FileNotFoundError; seen in CI), and
+#: its locks are deleted anyway. The tests' outputs never overlap, so they run without the lock.
+NOLOCK = ("--nolock",)
 
 
 def snakemake(
@@ -20,7 +25,7 @@ def snakemake(
     check: bool = True,
     env: dict | None = None,
 ) -> subprocess.CompletedProcess:
-    cmd = [str(BIN / "snakemake"), *args, "--cores", str(cores), "--configfile", configfile]
+    cmd = [str(BIN / "snakemake"), *args, *NOLOCK, "--cores", str(cores), "--configfile", configfile]
     if results is not None:
         cmd += ["--config", f"results={results}"]
     full_env = {**os.environ, "PATH": f"{BIN}:{os.environ.get('PATH', '')}", **(env or {})}
