@@ -97,10 +97,11 @@ def _recv(conn: socket.socket, with_fds: bool = False):
 def submit(path: str, argv: list[str]) -> int | None:
     """Run ``sdpocl argv`` in a child of the server at ``path``; its exit status, or None when
     there is no usable server (then the caller runs the command itself)."""
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
-        conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         conn.connect(path)
     except OSError:
+        conn.close()
         return None
     with conn:
         request = {"argv": argv, "cwd": os.getcwd(), "env": dict(os.environ), "prefix": sys.prefix}
