@@ -54,6 +54,8 @@ DATA_SOURCES = (
     "" if not config["data"]["sources"] else f"--sources {shlex.quote(stable_json(config['data']['sources']))}"
 )
 #: what a changed value of must re-evaluate: sampling, limits, the prompt format and the scoring limits
+#: the tiny preset's task sizes (sdpocl.data.domains.Difficulty); the paper preset's data are downloaded
+DATA_DIFFICULTY = f"--difficulty {shlex.quote(stable_json(config['data']['difficulty']))}" if TINY else ""
 EVAL_SETTINGS = stable_json({**config["evaluate"], **resolve_prompt_format(config), "rewards": config["rewards"]})
 
 

@@ -14,9 +14,10 @@ rule prepare_data:
         seed=config["data"]["seed"],
         preset=config["preset"],
         sources=DATA_SOURCES,
+        difficulty=DATA_DIFFICULTY,
     shell:
         "sdpocl prepare-data --preset {params.preset} --domain {wildcards.domain} --split {wildcards.split} "
-        "--n {params.n} --seed {params.seed} {params.sources} --out {output} > {log} 2>&1"
+        "--n {params.n} --seed {params.seed} {params.sources} {params.difficulty} --out {output} > {log} 2>&1"
 
 
 if TINY:
@@ -33,7 +34,9 @@ if TINY:
             "../../envs/sdpocl.yaml"
         threads: 2  # fixed, not `workflow.cores`: the same base on every machine, and --report needs no --cores
         params:
-            settings=stable_json({"base": config["base"], "data": {"seed": config["data"]["seed"]}}),  # what build_base reads
+            settings=stable_json(  # what build_base reads
+                {"base": config["base"], "data": {k: config["data"][k] for k in ("seed", "difficulty")}}
+            ),
         shell:
             "sdpocl build-base --settings {params.settings:q} "
             "--out {output.model} --report {output.report} --threads {threads} > {log} 2>&1"

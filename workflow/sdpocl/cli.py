@@ -45,7 +45,7 @@ def cmd_prepare_data(a) -> None:
     else:
         from sdpocl.data.domains import generate
 
-        records = generate(a.domain, a.split, a.n, a.seed)
+        records = generate(a.domain, a.split, a.n, a.seed, json.loads(a.difficulty) if a.difficulty else None)
     write_jsonl(a.out, records)
     print(f"[prepare-data] {len(records)} {a.domain}/{a.split} records -> {a.out}")
 
@@ -325,6 +325,7 @@ COMMANDS = [
             _arg("--domain", required=True),
             _arg("--split", required=True, choices=["train", "test"]),
             *_source_args("records (tiny: required; paper: a seeded subsample, default all)"),
+            _arg("--difficulty", help="tiny preset: JSON task sizes (config data.difficulty; default: the defaults)"),
         ],
     ),
     (

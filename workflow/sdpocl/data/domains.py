@@ -14,6 +14,9 @@ Four domains, trained in the order of :data:`DOMAINS`:
   ``x minus k``, ``x times k``, ``x modulo k``, with k given as "the sum of a and b",
   a in 10..29, b in 2..9) written in a fenced ``python`` block and checked by three ``assert`` strings.
 
+How hard the tasks are is set by a :class:`Difficulty` (config ``data.difficulty``); its defaults
+are the data described above, byte for byte.
+
 Every domain has a finite, deterministically enumerated *problem universe*. Each problem
 is assigned to the ``train`` or ``test`` split by a stable SHA-256 hash of its prompt
 (about 20% go to ``test``), independently of any seed, so train and test sets generated
@@ -34,13 +37,14 @@ the final answer.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import itertools
 import json
 import random
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 __all__ = [
@@ -52,6 +56,7 @@ __all__ = [
     "TOOLS",
     "CODE_OPS",
     "SOLUTION_TEMPLATE",
+    "Difficulty",
     "REPROMPT_TEMPLATE",
     "generate",
     "num_problems",
@@ -113,24 +118,67 @@ def _record(prompt: str, answer: str, domain: str, solution: str, tests: Sequenc
     }
 
 
+@dataclasses.dataclass(frozen=True)
+class Difficulty:
+    """How hard the synthetic tasks are (config ``data.difficulty``): the knob that sets a base
+    model's starting accuracy, so RL has headroom (right in some samples, not reliably). The
+    defaults are the data of docs/tiny-preset.md's rows 7-11 exactly; a base trained long enough to
+    copy from its prompt saturates them (row 10), harder settings give it room again.
+
+    ``math_addend_max``: the second addend is drawn from [2, max] (9: one digit; up to 99: two
+    two-digit numbers, so the units carry into the tens). ``science_options``: options per
+    question (2-6), each to be compared. ``code_addend_max``: the same for the constant of a code
+    task (given as "the sum of a and b")."""
+
+    math_addend_max: int = 9
+    science_options: int = 4
+    code_addend_max: int = 9
+
+    def __post_init__(self) -> None:
+        for name, lo, hi in (("math_addend_max", 2, 99), ("science_options", 2, 6), ("code_addend_max", 2, 99)):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or not lo <= value <= hi:
+                raise ValueError(f"data.difficulty.{name} must be an integer in [{lo}, {hi}], got {value!r}")
+
+    @classmethod
+    def of(cls, value: Difficulty | Mapping[str, Any] | None) -> Difficulty:
+        """A :class:`Difficulty` from a config mapping (unknown keys are an error), or the default."""
+        if value is None:
+            return cls()
+        if isinstance(value, cls):
+            return value
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(value) - known)
+        if unknown:
+            raise ValueError(f"unknown data.difficulty key(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+        return cls(**value)
+
+
 # ---------------------------------------------------------------------------------------
 # math
 # ---------------------------------------------------------------------------------------
 
 _MATH_RANGE = range(10, 100)
-#: The second addend is small so that a ~1M-parameter base is neither at 0% nor at 100%.
-_MATH_B_RANGE = range(2, 10)
 
 
-def _math_universe() -> list[tuple[Any, dict[str, Any]]]:
+def math_reasoning(a: int, b: int) -> str:
+    """The units first, then the tens: ``7+8=15; 40+15=55``; with a two-digit ``b`` the tens of both
+    join the carried units: ``7+5=12; 40+30+12=82``."""
+    units, b_units = a % 10, b % 10
+    if b < 10:
+        return f"{units}+{b}={units + b}; {a - units}+{units + b}={a + b}"
+    return f"{units}+{b_units}={units + b_units}; {a - units}+{b - b_units}+{units + b_units}={a + b}"
+
+
+def _math_universe(difficulty: Difficulty) -> list[tuple[Any, dict[str, Any]]]:
     out = []
     for a in _MATH_RANGE:
-        for b in _MATH_B_RANGE:
+        # the second addend's range is the difficulty knob: one digit (the default) keeps a ~1M-parameter
+        # base trained for 400 steps neither at 0% nor at 100%
+        for b in range(2, difficulty.math_addend_max + 1):
             s = a + b
             prompt = f"Compute {a}+{b}.\n\nPlease reason step by step, and put your final answer within \\boxed{{}}."
-            # the reasoning adds the units first, then the tens: a short, learnable chain
-            units = a % 10
-            solution = f" <think>{units}+{b}={units + b}; {a - units}+{units + b}={s}</think> \\boxed{{{s}}}"
+            solution = f" <think>{math_reasoning(a, b)}</think> \\boxed{{{s}}}"
             out.append((None, _record(prompt, str(s), "math", solution)))
     return out
 
@@ -161,7 +209,7 @@ _SCIENCE_QUESTIONS: dict[str, str] = {
     "max": "Which compound has the highest boiling point?",
     "min": "Which compound has the lowest boiling point?",
 }
-_LETTERS = "ABCD"
+_LETTERS = "ABCDEF"
 
 
 def science_reasoning(opts: Sequence[str], vals: Sequence[int], kind: str) -> str:
@@ -175,33 +223,42 @@ def science_reasoning(opts: Sequence[str], vals: Sequence[int], kind: str) -> st
     return f"{listing}; {kind} {opts[idx]} {_LETTERS[idx]}"
 
 
-def _science_universe() -> list[tuple[Any, dict[str, Any]]]:
+#: For more than four options, the orderings kept per set of compounds (all of them up to four
+#: options: 24 per set; 6! = 720 per set would make a universe of over a million prompts).
+_SCIENCE_ORDERS_PER_SET = 24
+
+
+def _science_option_tuples(k: int) -> Iterator[tuple[str, ...]]:
+    """Ordered option tuples of ``k`` distinct compounds: every permutation up to four options (the
+    order of the nested loops this replaced), beyond that every set of compounds in
+    :data:`_SCIENCE_ORDERS_PER_SET` orderings drawn by a hash of the set."""
     names = list(COMPOUNDS)
+    if k <= 4:
+        yield from itertools.permutations(names, k)
+        return
+    for combo in itertools.combinations(names, k):
+        rng = random.Random(_stable_int("sdpocl-science-orders", *combo))
+        orders: set[tuple[str, ...]] = set()
+        while len(orders) < _SCIENCE_ORDERS_PER_SET:
+            orders.add(tuple(rng.sample(combo, k)))
+        yield from sorted(orders)
+
+
+def _science_universe(difficulty: Difficulty) -> list[tuple[Any, dict[str, Any]]]:
     out = []
     for kind, question in _SCIENCE_QUESTIONS.items():
-        for w in names:
-            for x in names:
-                if x == w:
-                    continue
-                for y in names:
-                    if y in (w, x):
-                        continue
-                    for z in names:
-                        if z in (w, x, y):
-                            continue
-                        opts = (w, x, y, z)
-                        vals = [COMPOUNDS[o] for o in opts]
-                        best = max(vals) if kind == "max" else min(vals)
-                        idx = vals.index(best)
-                        letter = _LETTERS[idx]
-                        prompt = (
-                            question
-                            + "\n\n"
-                            + "\n".join(f"{L}: {o}" for L, o in zip(_LETTERS, opts))
-                            + "\nPlease reason step by step."
-                        )
-                        solution = f" <think>{science_reasoning(opts, vals, kind)}</think> <answer>{letter}</answer>"
-                        out.append((kind, _record(prompt, letter, "science", solution)))
+        for opts in _science_option_tuples(difficulty.science_options):
+            vals = [COMPOUNDS[o] for o in opts]
+            best = max(vals) if kind == "max" else min(vals)
+            letter = _LETTERS[vals.index(best)]
+            prompt = (
+                question
+                + "\n\n"
+                + "\n".join(f"{L}: {o}" for L, o in zip(_LETTERS, opts))
+                + "\nPlease reason step by step."
+            )
+            solution = f" <think>{science_reasoning(opts, vals, kind)}</think> <answer>{letter}</answer>"
+            out.append((kind, _record(prompt, letter, "science", solution)))
     return out
 
 
@@ -341,7 +398,8 @@ def _tool_arg_sets(name: str) -> Iterator[dict[str, Any]]:
         raise AssertionError(name)
 
 
-def _tooluse_universe() -> list[tuple[Any, dict[str, Any]]]:
+def _tooluse_universe(difficulty: Difficulty) -> list[tuple[Any, dict[str, Any]]]:
+    del difficulty  # no knob yet: the tiny base's tool-use accuracy is limited by copying, not by task size
     out = []
     for name in TOOLS:
         for template in _TOOL_TEMPLATES[name]:
@@ -359,7 +417,6 @@ def _tooluse_universe() -> list[tuple[Any, dict[str, Any]]]:
 
 _CODE_HEADER = "You are a coding expert. Provide the complete code in a code block enclosed with ``` ```.\n"
 _CODE_A = tuple(range(10, 30))
-_CODE_B = tuple(range(2, 10))
 #: op -> (description template, expression template); ``{x}`` is the argument name and the
 #: constant ``{k}`` is given as "the sum of a and b", so the model must add before it codes.
 CODE_OPS: dict[str, tuple[str, str]] = {
@@ -378,28 +435,35 @@ _CODE_TEMPLATES = (
 _CODE_INPUTS = range(0, 21)
 
 
-def _code_universe() -> list[tuple[Any, dict[str, Any]]]:
+#: Wordings kept per (operation, a, b) when b has two digits (all 45 of them with one digit; all
+#: of them with two would make a universe of ~350,000 prompts).
+_CODE_VARIANTS_PER_PROBLEM = 5
+
+
+def _code_universe(difficulty: Difficulty) -> list[tuple[Any, dict[str, Any]]]:
     out = []
+    variants = list(itertools.product(_CODE_TEMPLATES, _CODE_FUNCS, _CODE_ARGS))
     for op, (desc_t, expr_t) in CODE_OPS.items():
-        for a, b in itertools.product(_CODE_A, _CODE_B):
+        for a, b in itertools.product(_CODE_A, range(2, difficulty.code_addend_max + 1)):
             k = a + b
-            for template in _CODE_TEMPLATES:
-                for f in _CODE_FUNCS:
-                    for x in _CODE_ARGS:
-                        desc = desc_t.format(x=x, a=a, b=b)
-                        expr = expr_t.format(x=x, k=k)
-                        prompt = _CODE_HEADER + template.format(f=f, x=x, desc=desc)
-                        solution = (
-                            f" <think>{a}+{b}={k}; return {expr}</think> ```python\n"
-                            f"def {f}({x}):\n    return {expr}\n```"
-                        )
-                        # Test inputs are seeded by the problem itself, so a problem's
-                        # record is the same whichever seed selects it.
-                        rng = random.Random(_stable_int("sdpocl-code-tests", prompt))
-                        inputs = rng.sample(list(_CODE_INPUTS), 3)
-                        fn = eval(f"lambda {x}: {expr}")  # trusted, module-built expression
-                        tests = [f"assert {f}({v}) == {fn(v)}" for v in inputs]
-                        out.append(((op, a), _record(prompt, "", "code", solution, tests)))
+            chosen = variants
+            if b >= 10:
+                rng = random.Random(_stable_int("sdpocl-code-variants", op, a, b))
+                chosen = sorted(rng.sample(variants, _CODE_VARIANTS_PER_PROBLEM), key=variants.index)
+            # with a two-digit b the constant is worked out as in MATH (units, then tens)
+            thought = f"{a}+{b}={k}" if b < 10 else math_reasoning(a, b)
+            for template, f, x in chosen:
+                desc = desc_t.format(x=x, a=a, b=b)
+                expr = expr_t.format(x=x, k=k)
+                prompt = _CODE_HEADER + template.format(f=f, x=x, desc=desc)
+                solution = f" <think>{thought}; return {expr}</think> ```python\ndef {f}({x}):\n    return {expr}\n```"
+                # Test inputs are seeded by the problem itself, so a problem's
+                # record is the same whichever seed selects it.
+                rng = random.Random(_stable_int("sdpocl-code-tests", prompt))
+                inputs = rng.sample(list(_CODE_INPUTS), 3)
+                fn = eval(f"lambda {x}: {expr}")  # trusted, module-built expression
+                tests = [f"assert {f}({v}) == {fn(v)}" for v in inputs]
+                out.append(((op, a), _record(prompt, "", "code", solution, tests)))
     return out
 
 
@@ -416,11 +480,18 @@ _BUILDERS = {
 
 
 @functools.cache
-def _universe(domain: str, split: str) -> tuple[tuple[Any, dict[str, Any]], ...]:
+def _problems(domain: str, difficulty: Difficulty) -> tuple[tuple[Any, dict[str, Any]], ...]:
+    """Every (group, record) pair of a domain, both splits (built once per process: seconds for the
+    larger universes)."""
+    return tuple(_BUILDERS[domain](difficulty))
+
+
+@functools.cache
+def _universe(domain: str, split: str, difficulty: Difficulty = Difficulty()) -> tuple[tuple[Any, dict[str, Any]], ...]:
     """All (group, record) pairs of a domain's split, deduplicated by prompt, in a fixed order."""
     seen: set[str] = set()
     out = []
-    for group, rec in _BUILDERS[domain]():
+    for group, rec in _problems(domain, difficulty):
         p = rec["prompt"]
         if p in seen or split_of(p) != split:
             continue
@@ -429,11 +500,11 @@ def _universe(domain: str, split: str) -> tuple[tuple[Any, dict[str, Any]], ...]
     return tuple(out)
 
 
-def num_problems(domain: str, split: str) -> int:
+def num_problems(domain: str, split: str, difficulty: Difficulty | Mapping[str, Any] | None = None) -> int:
     """Number of distinct problems (prompts) available in ``domain``'s ``split``."""
     _check_domain(domain)
     _check_split(split)
-    return len(_universe(domain, split))
+    return len(_universe(domain, split, Difficulty.of(difficulty)))
 
 
 def _copy(rec: dict[str, Any]) -> dict[str, Any]:
@@ -442,9 +513,11 @@ def _copy(rec: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def generate(domain: str, split: str, n: int, seed: int) -> list[dict[str, Any]]:
+def generate(
+    domain: str, split: str, n: int, seed: int, difficulty: Difficulty | Mapping[str, Any] | None = None
+) -> list[dict[str, Any]]:
     """``n`` distinct problems of ``domain`` from ``split`` ("train"/"test"), deterministic in
-    ``(domain, split, n, seed)``.
+    ``(domain, split, n, seed, difficulty)`` (see :class:`Difficulty`; ``None``: the defaults).
 
     Sampling is without replacement and stratified over the domain's group key (science:
     question type; tooluse: tool; code: operation and constant): every round takes one
@@ -458,7 +531,7 @@ def generate(domain: str, split: str, n: int, seed: int) -> list[dict[str, Any]]
     _check_split(split)
     if not isinstance(n, int) or isinstance(n, bool) or n < 0:
         raise ValueError(f"n must be a non-negative integer, got {n!r}")
-    universe = _universe(domain, split)
+    universe = _universe(domain, split, Difficulty.of(difficulty))
     if n > len(universe):
         raise ValueError(f"n={n} exceeds the {len(universe)} distinct {domain} problems available in the {split} split")
     rng = random.Random(_stable_int("sdpocl-generate", domain, split, seed))
@@ -512,7 +585,9 @@ def _demonstration(record: dict[str, Any]) -> str:
     return sol[1:] if sol.startswith(" ") else sol
 
 
-def sft_mixture(n: int, seed: int, reprompt_frac: float = 0.25) -> list[dict[str, Any]]:
+def sft_mixture(
+    n: int, seed: int, reprompt_frac: float = 0.25, difficulty: Difficulty | Mapping[str, Any] | None = None
+) -> list[dict[str, Any]]:
     """``n`` SFT examples ``{"prompt", "completion", "domain"}`` drawn evenly (±1) from the
     four domains' train splits (via :func:`generate` with the same ``seed``; a domain with fewer
     distinct problems than its share is repeated), in a seeded
@@ -528,7 +603,7 @@ def sft_mixture(n: int, seed: int, reprompt_frac: float = 0.25) -> list[dict[str
     records: list[dict[str, Any]] = []
     for i, domain in enumerate(DOMAINS):
         k = base + (1 if i < extra else 0)
-        pool = generate(domain, "train", min(k, num_problems(domain, "train")), seed)
+        pool = generate(domain, "train", min(k, num_problems(domain, "train", difficulty)), seed, difficulty)
         records.extend(pool[j % len(pool)] for j in range(k))  # repeat when a domain is small
     rng = random.Random(_stable_int("sdpocl-sft-mixture", n, seed, reprompt_frac))
     rng.shuffle(records)
@@ -544,7 +619,12 @@ def sft_mixture(n: int, seed: int, reprompt_frac: float = 0.25) -> list[dict[str
     return out
 
 
-def corpus(seed: int, max_per_domain: int | None = 2000, reprompt_frac: float = 0.25) -> Iterator[str]:
+def corpus(
+    seed: int,
+    max_per_domain: int | None = 2000,
+    reprompt_frac: float = 0.25,
+    difficulty: Difficulty | Mapping[str, Any] | None = None,
+) -> Iterator[str]:
     """Texts for training the BPE tokenizer.
 
     For each domain, the problems of both splits are shuffled (seeded) and truncated to
@@ -555,7 +635,7 @@ def corpus(seed: int, max_per_domain: int | None = 2000, reprompt_frac: float = 
     rng = random.Random(_stable_int("sdpocl-corpus", seed))
     per_domain: list[list[dict[str, Any]]] = []
     for domain in DOMAINS:
-        recs = [rec for split in SPLITS for _, rec in _universe(domain, split)]
+        recs = [rec for split in SPLITS for _, rec in _universe(domain, split, Difficulty.of(difficulty))]
         rng.shuffle(recs)
         if max_per_domain is not None:
             recs = recs[:max_per_domain]

@@ -17,7 +17,7 @@ from sdpocl.data.benchmarks import general_examples
 EOS = "<|endoftext|>"
 
 
-def train_tokenizer(vocab_size: int, seed: int, out_dir: Path):
+def train_tokenizer(vocab_size: int, seed: int, out_dir: Path, difficulty: dict | None = None):
     """Byte-level BPE trained on the synthetic corpus, wrapped as a transformers fast tokenizer."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
@@ -29,7 +29,7 @@ def train_tokenizer(vocab_size: int, seed: int, out_dir: Path):
     )
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=[EOS], show_progress=False)
-    corpus = list(domains.corpus(seed))
+    corpus = list(domains.corpus(seed, difficulty=difficulty))
     corpus += [text for r in general_examples(600, seed) for text in (r["prompt"], r["solution"])]
     tok.train_from_iterator(corpus, trainer=trainer)
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=EOS, pad_token=EOS, model_max_length=1024)
@@ -59,14 +59,14 @@ def init_model(tokenizer, cfg: dict, seed: int):
     return Qwen3ForCausalLM(mcfg)
 
 
-def warmup_examples(cfg: dict) -> list[dict]:
+def warmup_examples(cfg: dict, difficulty: dict | None = None) -> list[dict]:
     """The SFT warm-up: the four domains (a share in SDPO's re-prompt format) and, for
     ``general_frac`` of the examples, the OOD benchmarks' task types (their train split), standing
     in for the general skills a real base model brings from pretraining."""
     import random
 
     n_general = round(cfg["sft_examples"] * cfg["general_frac"])
-    examples = domains.sft_mixture(cfg["sft_examples"] - n_general, cfg["seed"], cfg["reprompt_frac"])
+    examples = domains.sft_mixture(cfg["sft_examples"] - n_general, cfg["seed"], cfg["reprompt_frac"], difficulty)
     examples += [{"prompt": r["prompt"], "completion": r["solution"]} for r in general_examples(n_general, cfg["seed"])]
     random.Random(domains._stable_int("sdpocl-warmup", cfg["seed"])).shuffle(examples)
     return [{"prompt": ex["prompt"], "completion": ex["completion"]} for ex in examples]
@@ -85,14 +85,15 @@ def build_base(cfg: dict, data_cfg: dict, out_dir: Path, threads: int = 2) -> di
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
-    tokenizer = train_tokenizer(cfg["vocab_size"], data_cfg["seed"], out_dir)
+    difficulty = data_cfg.get("difficulty")  # the training domains' task sizes (None: the defaults)
+    tokenizer = train_tokenizer(cfg["vocab_size"], data_cfg["seed"], out_dir, difficulty)
     model = init_model(tokenizer, cfg, cfg["seed"])
     n_params = sum(p.numel() for p in model.parameters())
     print(f"[build-base] tokenizer: {len(tokenizer)} tokens; model: {n_params / 1e6:.2f}M parameters", flush=True)
 
     summary = {"vocab_size": len(tokenizer), "n_params": n_params, "sft_steps": cfg["sft_steps"]}
     if cfg["sft_steps"] > 0:
-        examples = warmup_examples(cfg)
+        examples = warmup_examples(cfg, difficulty)
         with tempfile.TemporaryDirectory() as tmp:
             args = SFTConfig(
                 output_dir=tmp,
