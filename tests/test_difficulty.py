@@ -33,7 +33,8 @@ def test_defaults_are_the_data_of_the_documented_experiments():
     data must change this on purpose (and rebuild every base)."""
     golden = "0117d96424c9b6378543603536c44ed25910f72ab186ff28055f3f988786312a"
     assert data_digest() == golden
-    assert data_digest(difficulty={"math_addend_max": 9, "science_options": 4, "code_addend_max": 9}) == golden
+    defaults = {"math_addend_max": 9, "math_terms": 2, "science_options": 4, "code_addend_max": 9}
+    assert data_digest(difficulty=defaults) == golden
 
 
 def _check_sum_reasoning(thought: str, a: int, b: int) -> None:
@@ -58,6 +59,18 @@ def test_hard_math_is_two_digit_addition_with_a_true_carry_chain():
             bs.add(b)
     assert max(bs) >= 50 and min(bs) < 10  # both regimes are drawn
     assert D.num_problems("math", "train", HARD) > 10 * D.num_problems("math", "train")
+
+
+@pytest.mark.parametrize("max_addend", [9, 99])
+def test_three_term_math(max_addend):
+    difficulty = {"math_terms": 3, "math_addend_max": max_addend}
+    for r in D.generate("math", "test", 200, seed=1, difficulty=difficulty):
+        terms = [int(t) for t in re.match(r"Compute (\d+\+\d+\+\d+)\.", r["prompt"]).group(1).split("+")]
+        assert 10 <= terms[0] <= 99 and all(2 <= t <= max_addend for t in terms[1:])
+        assert r["answer"] == str(sum(terms))
+        thought = re.fullmatch(r" <think>(.*)</think> \\boxed\{(\d+)\}", r["solution"]).group(1)
+        assert thought.startswith("+".join(str(t % 10) for t in terms) + "=")
+        _check_sum_reasoning(thought, sum(terms[:-1]), terms[-1])
 
 
 @pytest.mark.parametrize("k", [2, 3, 5, 6])
@@ -104,6 +117,7 @@ def test_hard_splits_are_disjoint():
     [
         ({"science_options": 7}, r"data\.difficulty\.science_options must be an integer in \[2, 6\], got 7"),
         ({"math_addend_max": 1}, r"data\.difficulty\.math_addend_max .* got 1"),
+        ({"math_terms": 4}, r"data\.difficulty\.math_terms must be an integer in \[2, 3\], got 4"),
         ({"code_addend_max": "9"}, r"data\.difficulty\.code_addend_max .* got '9'"),
         ({"maths_addend_max": 9}, r"unknown data\.difficulty key\(s\) maths_addend_max"),
     ],

@@ -126,16 +126,24 @@ class Difficulty:
     copy from its prompt saturates them (row 10), harder settings give it room again.
 
     ``math_addend_max``: the second addend is drawn from [2, max] (9: one digit; up to 99: two
-    two-digit numbers, so the units carry into the tens). ``science_options``: options per
+    two-digit numbers, so the units carry into the tens). ``math_terms``: 2 or 3 addends (the
+    third drawn like the second). ``science_options``: options per
     question (2-6), each to be compared. ``code_addend_max``: the same for the constant of a code
     task (given as "the sum of a and b")."""
 
     math_addend_max: int = 9
+    math_terms: int = 2
     science_options: int = 4
     code_addend_max: int = 9
 
     def __post_init__(self) -> None:
-        for name, lo, hi in (("math_addend_max", 2, 99), ("science_options", 2, 6), ("code_addend_max", 2, 99)):
+        bounds = (
+            ("math_addend_max", 2, 99),
+            ("math_terms", 2, 3),
+            ("science_options", 2, 6),
+            ("code_addend_max", 2, 99),
+        )
+        for name, lo, hi in bounds:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or not lo <= value <= hi:
                 raise ValueError(f"data.difficulty.{name} must be an integer in [{lo}, {hi}], got {value!r}")
@@ -161,25 +169,39 @@ class Difficulty:
 _MATH_RANGE = range(10, 100)
 
 
-def math_reasoning(a: int, b: int) -> str:
-    """The units first, then the tens: ``7+8=15; 40+15=55``; with a two-digit ``b`` the tens of both
-    join the carried units: ``7+5=12; 40+30+12=82``."""
-    units, b_units = a % 10, b % 10
-    if b < 10:
-        return f"{units}+{b}={units + b}; {a - units}+{units + b}={a + b}"
-    return f"{units}+{b_units}={units + b_units}; {a - units}+{b - b_units}+{units + b_units}={a + b}"
+def math_reasoning(*terms: int) -> str:
+    """The units first, then the tens with the carried units: ``7+8=15; 40+15=55``, ``7+5=12;
+    40+30+12=82``, ``7+5+3=15; 40+30+20+15=105`` (one-digit terms have no tens)."""
+    units = [t % 10 for t in terms]
+    tens = [t - t % 10 for t in terms if t >= 10]
+    u = sum(units)
+    return f"{'+'.join(map(str, units))}={u}; {'+'.join(map(str, tens + [u]))}={sum(terms)}"
+
+
+#: Third addends kept per (a, b) with ``math_terms: 3`` (all of them would make ~860,000 prompts).
+_MATH_THIRD_PER_PAIR = 3
 
 
 def _math_universe(difficulty: Difficulty) -> list[tuple[Any, dict[str, Any]]]:
     out = []
+    addends = range(2, difficulty.math_addend_max + 1)
     for a in _MATH_RANGE:
         # the second addend's range is the difficulty knob: one digit (the default) keeps a ~1M-parameter
         # base trained for 400 steps neither at 0% nor at 100%
-        for b in range(2, difficulty.math_addend_max + 1):
-            s = a + b
-            prompt = f"Compute {a}+{b}.\n\nPlease reason step by step, and put your final answer within \\boxed{{}}."
-            solution = f" <think>{math_reasoning(a, b)}</think> \\boxed{{{s}}}"
-            out.append((None, _record(prompt, str(s), "math", solution)))
+        for b in addends:
+            thirds: list[tuple[int, ...]] = [()]
+            if difficulty.math_terms == 3:
+                rng = random.Random(_stable_int("sdpocl-math-third", a, b))
+                thirds = [(c,) for c in sorted(rng.sample(addends, min(_MATH_THIRD_PER_PAIR, len(addends))))]
+            for rest in thirds:
+                terms = (a, b, *rest)
+                s = sum(terms)
+                prompt = (
+                    f"Compute {'+'.join(map(str, terms))}.\n\n"
+                    "Please reason step by step, and put your final answer within \\boxed{}."
+                )
+                solution = f" <think>{math_reasoning(*terms)}</think> \\boxed{{{s}}}"
+                out.append((None, _record(prompt, str(s), "math", solution)))
     return out
 
 
