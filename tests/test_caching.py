@@ -110,6 +110,21 @@ def test_nothing_changed_schedules_nothing(smoke_results):
     assert scheduled_jobs(dry_run(smoke_results, "figures")) == {}
 
 
+def test_difficulty_at_its_defaults_reruns_nothing_and_a_harder_domain_rebuilds_its_data(smoke_results, tmp_path):
+    """``data.difficulty`` written out at its defaults changes no param or command (results made
+    before the knob existed stay valid); a harder MATH regenerates the MATH data, so the base and
+    everything after it, and leaves the other domains' data alone."""
+    cfg = smoke_config()
+    cfg["data"]["difficulty"] = {"math_addend_max": 9, "math_terms": 2, "science_options": 4, "code_addend_max": 9}
+    out = dry_run(smoke_results, configfile=write_config(tmp_path, cfg, "explicit.yaml"))
+    assert scheduled_jobs(out) == {}, describe_jobs(out)
+    cfg["data"]["difficulty"]["math_addend_max"] = 99
+    out = dry_run(smoke_results, configfile=write_config(tmp_path, cfg, "hard_math.yaml"))
+    data_jobs = job_wildcards(out, "prepare_data")
+    assert sorted((j["domain"], j["split"]) for j in data_jobs) == [("math", "test"), ("math", "train")]
+    assert scheduled_jobs(out)["build_base"] == 1
+
+
 # 2. a changed lr or alpha reruns only that run's branch
 
 

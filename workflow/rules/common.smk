@@ -23,7 +23,7 @@ from sdpocl.config import (
 )
 from sdpocl.data.benchmarks import OOD_GENERATORS, benchmarks_for
 from sdpocl.data.loaders import OOD_BENCHMARKS as PAPER_OOD
-from sdpocl.data.domains import DOMAINS
+from sdpocl.data.domains import DOMAINS, Difficulty
 from sdpocl.jobserver import ENV as JOB_SERVER_ENV
 from sdpocl.prompts import resolve_prompt_format
 from sdpocl.train.paper_base import BaseModelError, check_base_available
@@ -54,8 +54,19 @@ DATA_SOURCES = (
     "" if not config["data"]["sources"] else f"--sources {shlex.quote(stable_json(config['data']['sources']))}"
 )
 #: what a changed value of must re-evaluate: sampling, limits, the prompt format and the scoring limits
-#: the tiny preset's task sizes (sdpocl.data.domains.Difficulty); the paper preset's data are downloaded
-DATA_DIFFICULTY = f"--difficulty {shlex.quote(stable_json(config['data']['difficulty']))}" if TINY else ""
+#: the tiny preset's task sizes that differ from the defaults (sdpocl.data.domains.Difficulty): empty at the
+#: defaults, so data, base and runs made before the knob existed stay valid; the paper preset downloads its data
+DATA_DIFFICULTY = {
+    k: v for k, v in config["data"]["difficulty"].items() if TINY and v != getattr(Difficulty(), k)
+}
+
+
+def difficulty_flag(domain):
+    """``--difficulty`` with the keys of ``domain`` (``math_*`` for math) that are not at their default,
+    or nothing: a harder MATH regenerates the MATH data only."""
+    own = {k: v for k, v in DATA_DIFFICULTY.items() if k.startswith(f"{domain}_")}
+    return f" --difficulty {shlex.quote(stable_json(own))}" if own else ""
+
 EVAL_SETTINGS = stable_json({**config["evaluate"], **resolve_prompt_format(config), "rewards": config["rewards"]})
 
 

@@ -13,11 +13,12 @@ rule prepare_data:
         n=lambda wc: config["data"]["train_size" if wc.split == "train" else "test_size"],
         seed=config["data"]["seed"],
         preset=config["preset"],
-        sources=DATA_SOURCES,
-        difficulty=DATA_DIFFICULTY,
+        # one string with the difficulty flag: empty at the defaults, so this rule's params and command are
+        # those of results made before data.difficulty existed (Snakemake compares the set of param values)
+        sources=lambda wc: DATA_SOURCES + difficulty_flag(wc.domain),
     shell:
         "sdpocl prepare-data --preset {params.preset} --domain {wildcards.domain} --split {wildcards.split} "
-        "--n {params.n} --seed {params.seed} {params.sources} {params.difficulty} --out {output} > {log} 2>&1"
+        "--n {params.n} --seed {params.seed} {params.sources} --out {output} > {log} 2>&1"
 
 
 if TINY:
@@ -34,8 +35,12 @@ if TINY:
             "../../envs/sdpocl.yaml"
         threads: 2  # fixed, not `workflow.cores`: the same base on every machine, and --report needs no --cores
         params:
-            settings=stable_json(  # what build_base reads
-                {"base": config["base"], "data": {k: config["data"][k] for k in ("seed", "difficulty")}}
+            settings=stable_json(  # what build_base reads (the difficulty only where it is not the default)
+                {
+                    "base": config["base"],
+                    "data": {"seed": config["data"]["seed"]}
+                    | ({"difficulty": DATA_DIFFICULTY} if DATA_DIFFICULTY else {}),
+                }
             ),
         shell:
             "sdpocl build-base --settings {params.settings:q} "
