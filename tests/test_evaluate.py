@@ -12,7 +12,7 @@ import pytest
 from workflow_utils import BIN
 
 from sdpocl.data.benchmarks import BENCHMARKS, OOD_GENERATORS, generate_ood
-from sdpocl.evaluate.aggregate import eval_table, relative_performance, teacher_stability
+from sdpocl.evaluate.aggregate import eval_table, paired_change, relative_performance, teacher_stability
 from sdpocl.evaluate.artifacts import artifact_metrics, ngram_repeat_rate
 from sdpocl.evaluate.run import check_model_dir, sample_records, summarize
 from sdpocl.evaluate.tasks import process_results, task_name, write_task_yaml
@@ -442,3 +442,53 @@ def test_ood_reference_solutions_score_one_and_warmup_never_sees_a_benchmark_pro
     assert not {r["prompt"] for r in warm} & test_prompts
     with pytest.raises(ValueError, match="unknown split"):
         generate_ood("logic_grid", 2, 0, split="dev")
+
+
+def _scored_checkpoint(root, name, meta, per_prompt: dict[str, list[list[float]]] | None):
+    """scores.json in its own folder, with samples/<bench>.jsonl (one row per prompt: its sample
+    scores) unless ``per_prompt`` is None."""
+    folder = root / name
+    folder.mkdir()
+    accs = {b: sum(sum(s) / len(s) for s in rows) / len(rows) for b, rows in (per_prompt or {"math": [[0.0]]}).items()}
+    path = _scores(folder, "scores", meta, accs)
+    if per_prompt is not None:
+        (folder / "samples").mkdir()
+        for bench, rows in per_prompt.items():
+            lines = [json.dumps({"doc_id": i, "scores": scores}) for i, scores in enumerate(rows)]
+            (folder / "samples" / f"{bench}.jsonl").write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_change_against_the_stages_parent_with_a_paired_stderr(tmp_path):
+    base_meta = {"run": "base", "label": "Base", "method": "base", "chain": ""}
+    run = {"run": "grpo_s0", "label": "GRPO", "method": "grpo", "seed": 0}
+    # four prompts of very different difficulty; the stage adds 1/4 on each of them
+    base = _scored_checkpoint(
+        tmp_path, "base", base_meta, {"math": [[0, 0, 0, 0], [1, 0, 0, 0], [1, 1, 1, 0], [1, 1, 1, 0]]}
+    )
+    s1 = _scored_checkpoint(
+        tmp_path, "s1", {**run, "chain": "math"}, {"math": [[1, 0, 0, 0], [1, 1, 0, 0], [1, 1, 1, 1], [1, 1, 1, 1]]}
+    )
+    # the second stage starts from s1, not from the base: it loses 1/4 on two prompts
+    s2 = _scored_checkpoint(
+        tmp_path,
+        "s2",
+        {**run, "chain": "math/science"},
+        {"math": [[0, 0, 0, 0], [1, 0, 0, 0], [1, 1, 1, 1], [1, 1, 1, 1]]},
+    )
+    nosamples = _scored_checkpoint(tmp_path, "s3", {**run, "seed": 1, "run": "grpo_s1", "chain": "math"}, None)
+    df = eval_table([base, s1, s2, nosamples], domains=["math", "science"]).set_index("chain")
+    first, second = df.loc["math"], df.loc["math/science"]
+    first = first[first.run == "grpo_s0"].iloc[0]
+    assert first.parent_acc == pytest.approx(0.4375) and first.change == pytest.approx(0.25)
+    assert first.change_stderr == pytest.approx(0.0)  # the same change on every prompt: no spread
+    diffs = pd.Series([-0.25, -0.25, 0.0, 0.0])
+    assert second.parent_acc == pytest.approx(0.6875) and second.change == pytest.approx(-0.125)
+    assert second.change_stderr == pytest.approx(diffs.std(ddof=1) / 2)
+    assert df[df.run == "grpo_s1"].change.isna().all() and df[df.method == "base"].change.isna().all()
+
+
+def test_paired_change_uses_only_prompts_scored_by_both():
+    before, after = pd.Series({0: 0.5, 1: 0.25, 2: 1.0}), pd.Series({1: 0.5, 2: 1.0, 3: 0.0})
+    assert paired_change(after, before)[:2] == pytest.approx((0.625, 0.125))
+    assert all(math.isnan(x) for x in paired_change(after, None))

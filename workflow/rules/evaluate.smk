@@ -98,6 +98,11 @@ rule aggregate_eval:
     input:
         base=f"{RESULTS}/base/eval/scores.json",
         scores=all_eval_outputs(),
+        # read beside the scores: per-prompt Acc@k for the paired change against each stage's parent
+        samples=[
+            os.path.join(os.path.dirname(f), "samples")
+            for f in [f"{RESULTS}/base/eval/scores.json", *all_eval_outputs()]
+        ],
     output:
         eval=f"{RESULTS}/tables/eval.csv",
         teacher=f"{RESULTS}/tables/teacher_stability.csv",

@@ -4,6 +4,7 @@ base model, PAPER.md "Evaluation") and teacher_stability.csv (paper Table 1)."""
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pandas as pd
@@ -35,13 +36,76 @@ def relative_performance(acc: pd.Series, base_acc: pd.Series) -> pd.Series:
     return 100.0 * (acc - base) / base
 
 
+def per_prompt_acc(samples_dir: Path, bench: str) -> pd.Series | None:
+    """Acc@k of each prompt (by lm-eval doc_id) from an evaluation's sample log, or None without one."""
+    path = Path(samples_dir) / f"{bench}.jsonl"
+    if not path.exists():
+        return None
+    accs = {}
+    with path.open() as fh:
+        for line in fh:
+            rec = json.loads(line)
+            accs[rec["doc_id"]] = sum(rec["scores"]) / len(rec["scores"]) if rec["scores"] else 0.0
+    return pd.Series(accs, dtype=float)
+
+
+def paired_change(after: pd.Series | None, before: pd.Series | None) -> tuple[float, float, float]:
+    """(before, change, stderr) over the prompts both were scored on: the change in Acc@k of one model
+    against its starting model on the same prompts, with the stderr of the per-prompt changes. Paired,
+    because the prompts differ far more from each other than a stage changes one of them: with the
+    unpaired stderrs combined, a real gain of a few points would never clear the noise."""
+    if after is None or before is None:
+        return math.nan, math.nan, math.nan
+    both = after.index.intersection(before.index)
+    if len(both) == 0:
+        return math.nan, math.nan, math.nan
+    diff = after[both] - before[both]
+    stderr = float(diff.std(ddof=1) / math.sqrt(len(diff))) if len(diff) > 1 else math.nan
+    return float(before[both].mean()), float(diff.mean()), stderr
+
+
+def _parent_changes(df: pd.DataFrame, dirs: list[Path]) -> pd.DataFrame:
+    """parent_acc / change / change_stderr of every row against the stage's starting model: the
+    previous stage's final checkpoint of the same run, or the base model for a first stage."""
+    by_stage: dict = {}  # (run, chain) of a final checkpoint, or None for the base -> its file's index
+    for row in df.drop_duplicates("file_index").itertuples():
+        if row.method == "base":
+            by_stage[None] = row.file_index
+        elif row.checkpoint == "final":
+            by_stage[(row.run, row.chain)] = row.file_index
+    cache: dict = {}
+
+    def accs(file_index: int, bench: str):
+        key = (file_index, bench)
+        if key not in cache:
+            cache[key] = per_prompt_acc(dirs[file_index] / "samples", bench)
+        return cache[key]
+
+    out = []
+    for row in df.itertuples():
+        if row.method == "base":
+            out.append((math.nan, math.nan, math.nan))
+            continue
+        parent_chain = "/".join(row.chain.split("/")[:-1])
+        parent = by_stage.get((row.run, parent_chain) if parent_chain else None)
+        if parent is None:
+            out.append((math.nan, math.nan, math.nan))
+            continue
+        out.append(paired_change(accs(row.file_index, row.benchmark), accs(parent, row.benchmark)))
+    return pd.DataFrame(out, columns=["parent_acc", "change", "change_stderr"], index=df.index)
+
+
 def eval_table(score_files: list[str | Path], *, domains: list[str]) -> pd.DataFrame:
-    """One row per (checkpoint, benchmark) with Acc@k, stderr, artifacts, RelPerf, gain, forgetting."""
+    """One row per (checkpoint, benchmark) with Acc@k, stderr, artifacts, RelPerf, gain, forgetting,
+    and the change against the stage's starting model with its paired stderr (from the ``samples/``
+    logs beside the score files; NaN where they are missing)."""
     rows = []
+    dirs = []
     for path in score_files:
         doc = json.loads(Path(path).read_text())
         meta = doc["meta"]
         ident = identity(meta, domains)
+        dirs.append(Path(path).parent)
         for name, s in doc["benchmarks"].items():
             b = benchmark(name)
             rows.append(
@@ -52,6 +116,7 @@ def eval_table(score_files: list[str | Path], *, domains: list[str]) -> pd.DataF
                     "kind": b.kind,
                     "bench_domain": b.bench_domain,
                     **s,
+                    "file_index": len(dirs) - 1,
                 }
             )
     df = pd.DataFrame(rows)
@@ -67,6 +132,7 @@ def eval_table(score_files: list[str | Path], *, domains: list[str]) -> pd.DataF
     df["relperf"] = relative_performance(df.acc, df.base_acc)
     df["gain"] = df.relperf.clip(lower=0)
     df["forgetting"] = (-df.relperf).clip(lower=0)
+    df = df.join(_parent_changes(df, dirs))
     df = df.sort_values(["method", "run", "stage", "chain", "kind", "benchmark"], kind="stable")
     return df[EVAL_COLUMNS].reset_index(drop=True)
 

@@ -38,6 +38,9 @@ EVAL_COLUMNS = RUN_COLUMNS + [
     "relperf",
     "gain",
     "forgetting",
+    "parent_acc",  # the stage's starting model (the previous stage's final model, or the base) on the same prompts
+    "change",  # acc - parent_acc, the mean of the per-prompt changes
+    "change_stderr",  # paired: the stderr of the per-prompt changes (the prompt-to-prompt spread cancels)
 ]
 
 #: results/tables/teacher_stability.csv — paper Table 1
