@@ -56,9 +56,7 @@ DATA_SOURCES = (
 #: what a changed value of must re-evaluate: sampling, limits, the prompt format and the scoring limits
 #: the tiny preset's task sizes that differ from the defaults (sdpocl.data.domains.Difficulty): empty at the
 #: defaults, so data, base and runs made before the knob existed stay valid; the paper preset downloads its data
-DATA_DIFFICULTY = {
-    k: v for k, v in config["data"]["difficulty"].items() if TINY and v != getattr(Difficulty(), k)
-}
+DATA_DIFFICULTY = {k: v for k, v in config["data"]["difficulty"].items() if TINY and v != getattr(Difficulty(), k)}
 
 
 def difficulty_flag(domain):
@@ -66,6 +64,7 @@ def difficulty_flag(domain):
     or nothing: a harder MATH regenerates the MATH data only."""
     own = {k: v for k, v in DATA_DIFFICULTY.items() if k.startswith(f"{domain}_")}
     return f" --difficulty {shlex.quote(stable_json(own))}" if own else ""
+
 
 EVAL_SETTINGS = stable_json({**config["evaluate"], **resolve_prompt_format(config), "rewards": config["rewards"]})
 
