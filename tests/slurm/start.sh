@@ -17,6 +17,8 @@
 # Installs Slurm from the Debian packages (slurmctld slurmd slurm-client munge) when missing.
 # Prints DIR on the last line of stdout.
 set -euo pipefail
+# the daemons live in sbin, which a non-login PATH may lack
+export PATH="$PATH:/usr/sbin:/sbin"
 
 die() { echo "tests/slurm/start.sh: $*" >&2; exit 1; }
 [[ $(id -u) -eq 0 ]] || die "must run as root (slurmd and munged are started as root)"
