@@ -53,7 +53,6 @@ VARIANT_RUNS = [name for name, run in RUNS.items() if run.is_variant]
 DATA_SOURCES = (
     "" if not config["data"]["sources"] else f"--sources {shlex.quote(stable_json(config['data']['sources']))}"
 )
-#: what a changed value of must re-evaluate: sampling, limits, the prompt format and the scoring limits
 #: the tiny preset's task sizes that differ from the defaults (sdpocl.data.domains.Difficulty): empty at the
 #: defaults, so data, base and runs made before the knob existed stay valid; the paper preset downloads its data
 DATA_DIFFICULTY = {k: v for k, v in config["data"]["difficulty"].items() if TINY and v != getattr(Difficulty(), k)}
@@ -66,6 +65,7 @@ def difficulty_flag(domain):
     return f" --difficulty {shlex.quote(stable_json(own))}" if own else ""
 
 
+#: what a changed value of must re-evaluate: sampling, limits, the prompt format and the scoring limits
 EVAL_SETTINGS = stable_json({**config["evaluate"], **resolve_prompt_format(config), "rewards": config["rewards"]})
 
 

@@ -9,7 +9,9 @@ from pathlib import Path
 
 import pandas as pd
 
+from sdpocl.chain import parent_chain
 from sdpocl.data.benchmarks import benchmark
+from sdpocl.io import read_jsonl
 from sdpocl.plot.tables import BASE_META, EVAL_COLUMNS, TEACHER_STABILITY_COLUMNS  # noqa: F401 (BASE_META re-exported)
 
 
@@ -41,11 +43,8 @@ def per_prompt_acc(samples_dir: Path, bench: str) -> pd.Series | None:
     path = Path(samples_dir) / f"{bench}.jsonl"
     if not path.exists():
         return None
-    accs = {}
-    with path.open() as fh:
-        for line in fh:
-            rec = json.loads(line)
-            accs[rec["doc_id"]] = sum(rec["scores"]) / len(rec["scores"]) if rec["scores"] else 0.0
+    # prompts without scores are left out, as summarize() leaves them out of Acc@k
+    accs = {r["doc_id"]: sum(r["scores"]) / len(r["scores"]) for r in read_jsonl(path) if r["scores"]}
     return pd.Series(accs, dtype=float)
 
 
@@ -86,8 +85,8 @@ def _parent_changes(df: pd.DataFrame, dirs: list[Path]) -> pd.DataFrame:
         if row.method == "base":
             out.append((math.nan, math.nan, math.nan))
             continue
-        parent_chain = "/".join(row.chain.split("/")[:-1])
-        parent = by_stage.get((row.run, parent_chain) if parent_chain else None)
+        start = parent_chain(tuple(row.chain.split("/")))
+        parent = by_stage.get((row.run, "/".join(start)) if start else None)
         if parent is None:
             out.append((math.nan, math.nan, math.nan))
             continue
