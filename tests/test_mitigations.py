@@ -670,6 +670,57 @@ def test_mitigation_points_and_pareto_front():
     assert list(pareto_front([1, 2, 2], [1, 1, 0])) == [False, False, True]
 
 
+def test_mitigations_table_has_drift_and_artifacts_of_the_last_model(tmp_path):
+    """figures/mitigations.csv: per label, NSS / PM update of the last stage's last checkpoint (all
+    matrices) and the artifacts of the last stage's final checkpoint (in-domain mean), seed means."""
+    from sdpocl.plot.mitigations import SUMMARY_COLUMNS, mitigation_points, plot_mitigations
+    from sdpocl.plot.tables import DRIFT_PARAM_COLUMNS, EVAL_COLUMNS
+
+    rows = _eval_rows("A", 0, [40, 20, 10, 30], [10, 20, 30]) + _eval_rows("A", 1, [20, 20, 10, 30], [0, 0, 0])
+    for r in rows:  # artifacts: 1 + seed at the last stage's final checkpoint, 100 elsewhere
+        last_final = r["stage"] == 4 and r["checkpoint"] == "final"
+        r.update(boxed_per_response=1.0 + r["seed"] if last_final else 100.0, ngram_repeat=0.1, truncation_rate=0.0)
+    ev = pd.DataFrame(rows).reindex(columns=EVAL_COLUMNS)
+    drift = []
+    for seed in (0, 1):
+        for stage, point_index in ((3, 15), (4, 17), (4, 18)):
+            for matrix_type, scale in (("all", 1.0), ("q_proj", 50.0)):
+                drift.append(
+                    {
+                        "run": f"A_s{seed}",
+                        "label": "A",
+                        "seed": seed,
+                        "stage": stage,
+                        "continual": True,
+                        "point_index": point_index,
+                        "matrix_type": matrix_type,
+                        # only stage 4's last point, all matrices counts: seed 0 -> 2, seed 1 -> 4
+                        "nss_mean": scale * (2.0 + 2 * seed if point_index == 18 else 7.0),
+                        "pm_update_mean": scale * (5.0 if point_index == 18 else 9.0),
+                    }
+                )
+    dp = pd.DataFrame(drift).reindex(columns=DRIFT_PARAM_COLUMNS)
+    points, _ = mitigation_points({"eval": ev, "drift_params": dp})
+    got = points.set_index("run")
+    assert got.loc["A_s0", "nss"] == 2.0 and got.loc["A_s1", "nss"] == 4.0
+    assert got.loc["A_s0", "pm_update"] == 5.0
+    assert got.loc["A_s0", "boxed_per_response"] == 1.0 and got.loc["A_s1", "boxed_per_response"] == 2.0
+
+    paths = plot_mitigations({"eval": ev, "drift_params": dp}, {"formats": ["png"]}, tmp_path / "mitigations")
+    assert [p.name for p in paths] == ["mitigations.png"]
+    table = pd.read_csv(tmp_path / "mitigations.csv")
+    assert list(table.columns) == SUMMARY_COLUMNS
+    row = table.set_index("label").loc["A"]
+    assert row["n_seeds"] == 2 and row["gain"] == 22.5 and row["nss"] == 3.0 and row["boxed_per_response"] == 1.5
+    assert row["nss_lo"] <= 3.0 <= row["nss_hi"] and bool(row["pareto"])
+
+    # no drift table: the drift columns are empty, the rest is still there; no runs at all: a header
+    points, _ = mitigation_points({"eval": ev})
+    assert points["nss"].isna().all() and points["gain"].notna().all()
+    plot_mitigations({"eval": pd.DataFrame(columns=EVAL_COLUMNS)}, {"formats": ["png"]}, tmp_path / "empty")
+    assert list(pd.read_csv(tmp_path / "empty.csv").columns) == SUMMARY_COLUMNS
+
+
 # ----------------------------------------------------------------------------------------------
 # 9. caching: a mitigation run adds only its own branch (dry runs on the session's smoke results)
 

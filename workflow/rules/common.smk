@@ -27,7 +27,7 @@ from sdpocl.data.domains import DOMAINS, Difficulty
 from sdpocl.jobserver import ENV as JOB_SERVER_ENV
 from sdpocl.prompts import resolve_prompt_format
 from sdpocl.train.paper_base import BaseModelError, check_base_available
-from sdpocl.plot.tables import BASE_META, FIGURE_CATEGORIES, FIGURE_TABLES
+from sdpocl.plot.tables import BASE_META, FIGURE_CATEGORIES, FIGURE_DATA, FIGURE_TABLES
 
 try:
     coerce_overrides(config, dict(workflow.config_settings.config))  # --config seeds=[0,1,2] gives strings
@@ -181,7 +181,8 @@ DRIFT_GRID = stable_json(
 
 
 def all_figure_outputs():
-    return [f"{RESULTS}/figures/{fig}.{fmt}" for fig in FIGURE_TABLES for fmt in config["plots"]["formats"]]
+    figures = [f"{RESULTS}/figures/{fig}.{fmt}" for fig in FIGURE_TABLES for fmt in config["plots"]["formats"]]
+    return figures + [f"{RESULTS}/figures/{fig}.csv" for fig in FIGURE_DATA]
 
 
 def parent_model(wildcards):

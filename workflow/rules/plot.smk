@@ -19,7 +19,8 @@ for _figure, _tables in FIGURE_TABLES.items():
                     else f"{RESULTS}/figures/{_figure}.{fmt}"
                 )
                 for fmt in config["plots"]["formats"]
-            ],
+            ]
+            + ([f"{RESULTS}/figures/{_figure}.csv"] if _figure in FIGURE_DATA else []),
         log:
             f"{RESULTS}/logs/plot/{_figure}.log",
         localrule: True

@@ -10,6 +10,13 @@ The numbers, from ``eval.csv`` alone (continual rows, final checkpoints, in-doma
   (max(-RelPerf, 0), %) after the last stage K (RelPerf against the base, as in the paper).
 
 Runs whose chain does not reach the last stage are left out (and named in the figure).
+
+Beside the figure, ``figures/mitigations.csv`` holds the numbers it plots and the rest of the
+comparison a reader asks for next, per label (mean over seeds with 95% CIs): gain, forgetting, the
+parameter drift of the chain's last model from the base (``nss``, ``pm_update``: ``drift_params``,
+all matrices, the last checkpoint of the last stage) and its formatting artifacts on the in-domain
+benchmarks (``boxed_per_response``, ``ngram_repeat``, ``truncation_rate``: ``eval``, the last stage's
+final checkpoint, mean over the in-domain benchmarks).
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
+from sdpocl.io import write_csv
 from sdpocl.plot.style import (
     _finals,
     _note_figure,
@@ -42,14 +50,34 @@ def _chain_domains(ev: pd.DataFrame) -> list[str]:
     return [d for d in longest.split("/") if d]
 
 
+#: artifact counters of the chain's last model, from eval.csv (in-domain benchmarks)
+ARTIFACTS = ["boxed_per_response", "ngram_repeat", "truncation_rate"]
+#: parameter drift of the chain's last model from the base, from drift_params.csv (all matrices)
+DRIFT = ["nss", "pm_update"]
+#: per-seed numbers of a run; the summary gives each a mean and a 95% CI over seeds
+METRICS = ["gain", "forgetting", *DRIFT, *ARTIFACTS]
+
+
+def _last_drift(tables, last: int) -> pd.DataFrame:
+    """Per run: NSS and PM update (means over the matrices) of the last checkpoint of stage ``last``."""
+    cols = [f"{m}_mean" for m in DRIFT]
+    dp = _numeric(_runs(_table(tables, "drift_params")), [*cols, "point_index"])
+    dp = dp[(dp["matrix_type"].astype(str) == "all") & (dp["stage"] == last) & dp["continual"]]
+    if dp.empty:
+        return pd.DataFrame(columns=["run", *DRIFT])
+    dp = dp.sort_values("point_index").groupby("run", sort=True).tail(1)
+    return dp[["run", *cols]].rename(columns={f"{m}_mean": m for m in DRIFT})
+
+
 def mitigation_points(tables) -> tuple[pd.DataFrame, str]:
-    """One row per seed's run: run, label, seed, gain, forgetting (see the module docstring);
+    """One row per seed's run: run, label, seed and :data:`METRICS` (see the module docstring);
     returns (rows, why empty / which runs were left out)."""
     ev = _runs(_table(tables, "eval"))
-    ev = _numeric(ev, ["gain", "forgetting"])
+    ev = _numeric(ev, ["gain", "forgetting", *ARTIFACTS])
     ev = _finals(ev[ev["continual"] & ~ev["_base"] & (ev["stage"] >= 1) & (ev["kind"].astype(str) == "in-domain")])
+    columns = ["run", "label", "seed", *METRICS]
     if ev.empty:
-        return pd.DataFrame(columns=["run", "label", "seed", "gain", "forgetting"]), "eval.csv has no continual rows"
+        return pd.DataFrame(columns=columns), "eval.csv has no continual rows"
     ev = ev.assign(bench_domain=ev["bench_domain"].astype(str), chain=ev["chain"].astype(str))
     domains = _chain_domains(ev)
     last = len(domains)
@@ -71,11 +99,12 @@ def mitigation_points(tables) -> tuple[pd.DataFrame, str]:
                 "seed": g["seed"].iloc[0],
                 "gain": per_stage.mean() if len(per_stage) else np.nan,
                 "forgetting": per_domain.mean() if len(per_domain) else np.nan,
+                **g[g["stage"] == last][ARTIFACTS].mean().to_dict(),
             }
         )
-    out = pd.DataFrame(rows, columns=["run", "label", "seed", "gain", "forgetting"]).dropna(
-        subset=["gain", "forgetting"]
-    )
+    out = pd.DataFrame(rows, columns=[c for c in columns if c not in DRIFT])
+    out = out.merge(_last_drift(tables, last), on="run", how="left").reindex(columns=columns)
+    out = out.dropna(subset=["gain", "forgetting"]).reset_index(drop=True)
     why = ""
     if out.empty:
         why = "no run has gain and forgetting after the full chain"
@@ -91,7 +120,7 @@ def mitigation_summary(points: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for label, g in points.groupby("label", sort=False):
         row = {"label": label, "n_seeds": len(g)}
-        for col in ("gain", "forgetting"):
+        for col in [c for c in METRICS if c in g]:
             lo, hi = ci95(g[col])
             row.update({col: g[col].mean(), f"{col}_lo": lo, f"{col}_hi": hi})
         rows.append(row)
@@ -101,6 +130,10 @@ def mitigation_summary(points: pd.DataFrame) -> pd.DataFrame:
     out["pareto"] = pareto_front(out["gain"].to_numpy(), out["forgetting"].to_numpy())
     order = {label: i for i, label in enumerate(method_order(out["label"]))}
     return out.sort_values("label", key=lambda s: s.map(order)).reset_index(drop=True)
+
+
+#: figures/mitigations.csv, one row per label
+SUMMARY_COLUMNS = ["label", "n_seeds", *(f"{m}{s}" for m in METRICS for s in ("", "_lo", "_hi")), "pareto"]
 
 
 def pareto_front(gain, forgetting) -> np.ndarray:
@@ -120,9 +153,10 @@ def plot_mitigations(tables, style: dict, out_stem: Path) -> list[Path]:
     st = apply_style(style)
     title = "Mitigations: in-domain gain vs forgetting after the full chain"
     points, why = mitigation_points(tables)
+    summary = mitigation_summary(points)
+    write_csv(summary.reindex(columns=SUMMARY_COLUMNS), Path(out_stem).with_suffix(".csv"))
     if points.empty:
         return _note_figure(title, why, st, out_stem)
-    summary = mitigation_summary(points)
     styles = method_styles(summary["label"], st["palette"])
     fig, ax = plt.subplots(figsize=(7.4, 5.2), layout="constrained")
     for _, r in summary.iterrows():

@@ -77,7 +77,7 @@ FIGURE_TABLES = {
     "tsne": ["tsne"],
     "teacher_stability": ["teacher_stability"],
     "artifacts": ["eval"],
-    "mitigations": ["eval"],
+    "mitigations": ["eval", "drift_params"],
 }
 
 #: report category of each figure
@@ -93,3 +93,6 @@ FIGURE_CATEGORIES = {
     "artifacts": "Collapse",
     "mitigations": "Mitigations",
 }
+
+#: figures that also write the numbers behind them to ``figures/<name>.csv`` (a table a reader quotes)
+FIGURE_DATA = ("mitigations",)
