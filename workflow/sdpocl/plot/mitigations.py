@@ -120,7 +120,7 @@ def mitigation_summary(points: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for label, g in points.groupby("label", sort=False):
         row = {"label": label, "n_seeds": len(g)}
-        for col in [c for c in METRICS if c in g]:
+        for col in METRICS:
             lo, hi = ci95(g[col])
             row.update({col: g[col].mean(), f"{col}_lo": lo, f"{col}_hi": hi})
         rows.append(row)
