@@ -5,11 +5,12 @@ Prints (1) the time to regenerate every figure from the cached tables (``figures
 dry-run time and job count of the paper grid (``config/paper.yaml``) and, if that grid has fewer
 than 1,000 jobs, of a larger one (the paper grid with more seeds). Targets (DESIGN.md): figures
 <= 30 s, no-op <= 5 s, dry run of >= 1,000 jobs <= 3 s. Wall time and the CPU time of the
-snakemake process (and its jobs) are both shown: a loaded machine inflates the first only.
+snakemake process (and its jobs) are both shown: a loaded machine inflates the first only. Each dry run
+is shown beside Snakemake's floor: a one-rule workflow of as many jobs, dry-run in the same loop.
 
     python bench/workflow_speed.py /tmp/cache_smoke --configfile config/smoke.yaml --cores 2
 
-RESULTS must be a finished results directory of that config, e.g. made with
+RESULTS must be a finished results directory of that config (``--dry-run-only`` needs none), e.g. made with
 ``snakemake --profile profiles/local --configfile config/smoke.yaml --config results=/tmp/cache_smoke``.
 Its figures are deleted and regenerated; nothing else in it is changed.
 """
@@ -68,13 +69,41 @@ def job_counts(output: str) -> dict[str, int]:
     return counts
 
 
+#: the least a workflow of N jobs costs Snakemake to dry-run: one rule, no input functions, no params,
+#: but the directives every sdpocl rule has (log, benchmark, a directory output, threads, resources)
+FLOOR_SNAKEFILE = """
+rule all:
+    input: expand("out/{{i}}/x.txt", i=range({n}))
+rule a:
+    output: "out/{{i}}/x.txt", directory("out/{{i}}/d")
+    log: "logs/{{i}}.log"
+    benchmark: "bench/{{i}}.tsv"
+    threads: 1
+    resources: mem_mb=2000
+    shell: "echo {{wildcards.i}} > {{output[0]}} 2> {{log}}"
+"""
+
+
+def floor_dry_run(n_jobs: int, where: Path) -> float:
+    """Wall seconds of ``snakemake -n`` on FLOOR_SNAKEFILE with ``n_jobs - 1`` jobs plus ``all``: what
+    Snakemake itself needs for a DAG of that size on this machine, the yardstick for the grid's dry run."""
+    where.mkdir(parents=True, exist_ok=True)
+    (where / "Snakefile").write_text(FLOOR_SNAKEFILE.format(n=max(n_jobs - 1, 1)))
+    t = time.perf_counter()
+    proc = subprocess.run([SNAKEMAKE, "-n", "--cores", "1"], cwd=where, capture_output=True, text=True)
+    if proc.returncode != 0:
+        sys.exit(f"floor dry run failed:\n{proc.stderr[-3000:]}")
+    return time.perf_counter() - t
+
+
 def verdict(value: float, target: float) -> str:
     return f"target <= {target:g} s: {'ok' if value <= target else 'MISSED'}"
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("results", help="a finished results directory of --configfile")
+    p.add_argument("results", nargs="?", help="a finished results directory of --configfile (not for --dry-run-only)")
+    p.add_argument("--dry-run-only", action="store_true", help="only (3): the dry runs, no results directory needed")
     p.add_argument("--configfile", default="config/smoke.yaml", help="the config RESULTS was made with")
     p.add_argument("--paper-config", default="config/paper.yaml")
     p.add_argument("--cores", type=int, default=2)
@@ -83,11 +112,20 @@ def main() -> None:
         "--min-jobs", type=int, default=1000, help="grow the paper grid's seeds until a dry run has this many jobs"
     )
     a = p.parse_args()
-    results = str(Path(a.results).resolve())
+    if not a.dry_run_only and not a.results:
+        p.error("RESULTS is required unless --dry-run-only")
+    results = str(Path(a.results or ".").resolve())
 
-    def run(*args):
-        return snakemake(*args, configfile=a.configfile, results=results, cores=a.cores)
+    def run(*args, cfg: str = a.configfile, res: str = results):
+        return snakemake(*args, configfile=cfg, results=res, cores=a.cores)
 
+    if not a.dry_run_only:
+        cached_runs(a, run, results)
+    dry_runs(a, run)
+
+
+def cached_runs(a: argparse.Namespace, run, results: str) -> None:
+    """(1) figures from cached tables and (2) a no-op run, on a finished results directory."""
     # the results must be up to date first, or the numbers below mean nothing
     proc, _, _ = run("-n")
     pending = job_counts(proc.stdout + proc.stderr)
@@ -120,21 +158,27 @@ def main() -> None:
         f"{statistics.median(cpus):.2f} s CPU, median of {a.repeats}  [{verdict(statistics.median(walls), 5)}]"
     )
 
-    # (3) dry run of the paper grid (and a larger one if it is under --min-jobs)
+
+def dry_runs(a: argparse.Namespace, run) -> None:
+    """(3) dry run of the paper grid (and a larger one if it is under --min-jobs), each beside the floor."""
     paper = yaml.safe_load((ROOT / a.paper_config).read_text())
     with tempfile.TemporaryDirectory(prefix="sdpocl-dry-") as tmp:
 
         def dry(cfg_path: str, what: str) -> int:
-            walls, cpus, total = [], [], 0
+            """Median dry run of the grid, each repeat next to one of the floor workflow of as many jobs."""
+            walls, cpus, floors, total = [], [], [], 0
             for _ in range(a.repeats):
                 proc, wall, cpu = run("-n", cfg=cfg_path, res=f"{tmp}/results")
                 total = job_counts(proc.stdout + proc.stderr).get("total", 0)
                 walls.append(wall), cpus.append(cpu)
-            med = statistics.median(walls)
+                floors.append(floor_dry_run(total, Path(tmp) / "floor"))
+            med, floor = statistics.median(walls), statistics.median(floors)
             target = verdict(med, 3) if total >= a.min_jobs else f"under {a.min_jobs} jobs"
             print(
                 f"dry run, {what}: {total} jobs in {med:.2f} s wall (min {min(walls):.2f}), "
-                f"{statistics.median(cpus):.2f} s CPU, median of {a.repeats}  [{target}]"
+                f"{statistics.median(cpus):.2f} s CPU, median of {a.repeats}  [{target}]\n"
+                f"  floor: a one-rule workflow of {total} independent jobs dry-runs in {floor:.2f} s wall "
+                f"(min {min(floors):.2f}); the grid takes {med / floor:.2f}x that"
             )
             return total
 
