@@ -105,6 +105,26 @@ def test_hard_code_reference_passes_its_tests_and_reasons_to_the_constant():
     assert max(ks) > 100
 
 
+def test_hard_modulo_tasks_need_the_constant():
+    """With two-digit constants (k up to 128) no modulo task passes with ``return x`` or ``return x - k``
+    (inputs 0..20 are all below k: ``x % k == x`` there); the other operations keep inputs 0..20."""
+    ops = Counter()
+    for split in ("train", "test"):
+        for r in D.generate("code", split, 500, seed=1234, difficulty=HARD):
+            f, x = re.search(r"def (\w+)\((\w+)\):", r["solution"]).groups()
+            inputs = [int(re.match(rf"assert {f}\((\d+)\)", t).group(1)) for t in r["tests"]]
+            if "modulo" not in r["prompt"]:
+                assert max(inputs) <= 20
+                continue
+            ops["modulo"] += 1
+            a, b = map(int, re.search(r"the sum of (\d+) and (\d+)\.$", r["prompt"]).groups())
+            for shortcut in (f"{x}", f"{x} - {a + b}"):
+                ns: dict = {}
+                exec(f"def {f}({x}):\n    return {shortcut}", ns)  # trusted: the shortcut under test
+                assert not all(eval(t.removeprefix("assert "), ns) for t in r["tests"]), (r["prompt"], shortcut)
+    assert ops["modulo"] > 100
+
+
 def test_hard_splits_are_disjoint():
     for domain in ("math", "science", "code"):
         train = {r["prompt"] for r in D.generate(domain, "train", 400, seed=0, difficulty=HARD)}

@@ -462,6 +462,17 @@ _CODE_INPUTS = range(0, 21)
 _CODE_VARIANTS_PER_PROBLEM = 5
 
 
+def _code_test_inputs(op: str, k: int, rng: random.Random, difficulty: Difficulty) -> list[int]:
+    """Three test inputs. ``x % k`` on inputs below k is ``x``, so for ``modulo`` with larger constants
+    (``code_addend_max`` above its default, k up to 128) the inputs are one of [0, k), [k, 2k) and
+    [2k, 3k): neither ``return x`` nor ``return x - k`` passes. At the default size the inputs stay
+    0..20 for every operation, the data of the documented experiments (there ``return x`` passes the
+    modulo tasks with k of 21-38, a known flaw kept for the byte-identical default data)."""
+    if op == "modulo" and difficulty.code_addend_max != Difficulty().code_addend_max:
+        return [rng.randrange(i * k, (i + 1) * k) for i in range(3)]
+    return rng.sample(list(_CODE_INPUTS), 3)
+
+
 def _code_universe(difficulty: Difficulty) -> list[tuple[Any, dict[str, Any]]]:
     out = []
     variants = list(itertools.product(_CODE_TEMPLATES, _CODE_FUNCS, _CODE_ARGS))
@@ -482,7 +493,7 @@ def _code_universe(difficulty: Difficulty) -> list[tuple[Any, dict[str, Any]]]:
                 # Test inputs are seeded by the problem itself, so a problem's
                 # record is the same whichever seed selects it.
                 rng = random.Random(_stable_int("sdpocl-code-tests", prompt))
-                inputs = rng.sample(list(_CODE_INPUTS), 3)
+                inputs = _code_test_inputs(op, k, rng, difficulty)
                 fn = eval(f"lambda {x}: {expr}")  # trusted, module-built expression
                 tests = [f"assert {f}({v}) == {fn(v)}" for v in inputs]
                 out.append(((op, a), _record(prompt, "", "code", solution, tests)))
