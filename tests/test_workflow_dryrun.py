@@ -46,6 +46,17 @@ def test_smoke_grid_chains(tmp_path):
     assert counts["prepare_data"] == 8 and counts["build_base"] == 1
 
 
+def test_teacher_check_is_on_demand_and_starts_where_the_stage_starts(tmp_path):
+    """Not part of `all`; asked for, it needs the stage's parent model (stage 1's for stage 2), not the stage."""
+    assert "teacher_check" not in scheduled_jobs(snakemake("-n", results=tmp_path).stdout)
+    target = tmp_path / "runs" / "sdpo_a0_s0" / "math" / "science" / "teacher_check.json"
+    proc = snakemake("-n", str(target), results=tmp_path)
+    assert scheduled_jobs(proc.stdout)["teacher_check"] == 1
+    assert set(stage_wildcards(proc.stdout)) == {("sdpo_a0_s0", "math")}
+    block = proc.stdout[proc.stdout.index("rule teacher_check:") :]
+    assert f"input: {tmp_path}/runs/sdpo_a0_s0/math/model, {tmp_path}/data/science/train.jsonl\n" in block
+
+
 def test_several_seeds_multiply_runs(tmp_path):
     cfg = yaml.safe_load((ROOT / "config/smoke.yaml").read_text())
     cfg["seeds"] = [0, 1]

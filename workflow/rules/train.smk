@@ -32,3 +32,25 @@ rule train_stage:
         "sdpocl train-stage --settings {params.settings:q} --parent {params.parent} "
         "--data {input.data} {params.mitigation_inputs} --out {params.stage} --state {params.state} "
         "--threads {threads} > {log} 2>&1"
+
+
+rule teacher_check:
+    """On demand (not in `all`): before a stage, is its SDPO teacher better than its student?"""
+    input:
+        parent=parent_model,
+        data=train_data,
+    output:
+        f"{RESULTS}/runs/{{run}}/{{chain}}/teacher_check.json",
+    log:
+        f"{RESULTS}/logs/teacher_check/{{run}}/{{chain}}.log",
+    conda:
+        "../../envs/sdpocl.yaml"
+    threads: THREADS
+    resources:
+        mem_mb=2000,
+    params:
+        settings=train_settings,
+        parent=parent_path,
+    shell:
+        "sdpocl teacher-check --settings {params.settings:q} --model {params.parent} --data {input.data} "
+        "--out {output} --threads {threads} > {log} 2>&1"

@@ -287,6 +287,33 @@ def cmd_show_grid(a) -> None:
         print(f"{run.name:28s} {run.label:14s} " + "  ".join(chain_str(c) for c in chains_for(config, run)))
 
 
+def cmd_teacher_check(a) -> None:
+    import random
+
+    from sdpocl.io import read_jsonl
+    from sdpocl.prompts import DEFAULT_TEMPLATE_KWARGS
+    from sdpocl.train.teacher_check import check_teacher, options_from_settings
+
+    options = dict(
+        samples=a.samples,
+        max_new_tokens=a.max_new_tokens,
+        temperature=a.temperature,
+        keep_thinking=a.keep_thinking,
+        chat_template=a.chat_template,
+        template_kwargs=DEFAULT_TEMPLATE_KWARGS if a.chat_template else None,
+    )
+    if a.settings:  # a stage's settings (the rule passes them): its group size, lengths and format
+        options = options_from_settings(json.loads(a.settings))
+    records = read_jsonl(a.data)
+    if a.n_prompts < len(records):
+        records = random.Random(a.seed).sample(records, a.n_prompts)
+    report = check_teacher(a.model, records, seed=a.seed, threads=a.threads, **options)
+    report["data"] = str(a.data)
+    print(json.dumps(report, indent=2))
+    if a.out:
+        write_json(a.out, report, indent=2)
+
+
 def cmd_job_server(a) -> None:
     from sdpocl.jobserver import serve
 
@@ -515,6 +542,25 @@ COMMANDS = [
         [
             _arg("--socket", required=True, help="Unix socket path; jobs find it in $SDPOCL_JOB_SERVER"),
             _arg("--watch-pid", type=int, help="exit when this process (Snakemake) is gone"),
+        ],
+    ),
+    (
+        "teacher-check",
+        "before an SDPO stage: is the re-prompted teacher better than the student on this data?",
+        cmd_teacher_check,
+        [
+            _arg("--model", required=True, help="the stage's starting model (SDPO_0's teacher)"),
+            _arg("--data", required=True, help="the stage's train JSONL"),
+            _arg("--n-prompts", type=int, default=40, help="prompts, a seeded sample (default 40)"),
+            _arg("--samples", type=int, default=8, help="samples per prompt, the group size (default 8)"),
+            _arg("--max-new-tokens", type=int, default=64),
+            _arg("--temperature", type=float, default=1.0, help="rollout temperature (default 1.0)"),
+            _arg("--keep-thinking", action="store_true", help="keep <think> in the demonstration (SDPO^CoT)"),
+            _arg("--chat-template", action="store_true", help="render with the model's chat template (paper preset)"),
+            _arg("--settings", help="a stage's settings JSON; its values replace the four options above"),
+            _arg("--seed", type=int, default=0),
+            _arg("--out", help="also write the report here (JSON)"),
+            _threads(1),
         ],
     ),
     (
