@@ -57,6 +57,25 @@ def test_sample_dependent_reward_and_same_seed_same_report(tiny_standin):
     assert a["failed_samples_compared"] > 0 and a["logp_gap_failures"] is not None
 
 
+def test_a_separate_teacher_is_the_one_scored(tiny_standin, tmp_path):
+    """Mid-stage SDPO_0: the student is a checkpoint, the teacher the stage's start."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model, _ = tiny_standin
+    other = AutoModelForCausalLM.from_pretrained(model)
+    with torch.no_grad():
+        for p in other.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    other.save_pretrained(tmp_path / "teacher")
+    AutoTokenizer.from_pretrained(model).save_pretrained(tmp_path / "teacher")
+    same = _check(tiny_standin, _by_length(0), n=3, samples=4)
+    itself = _check(tiny_standin, _by_length(0), n=3, samples=4, teacher_dir=model)
+    moved = _check(tiny_standin, _by_length(0), n=3, samples=4, teacher_dir=tmp_path / "teacher")
+    assert {k: v for k, v in itself.items() if k != "teacher"} == {k: v for k, v in same.items() if k != "teacher"}
+    assert moved["logp_gap"] != same["logp_gap"] and moved["teacher"] == str(tmp_path / "teacher")
+
+
 def test_bad_arguments_are_named(tiny_standin):
     model, recs = tiny_standin
     with pytest.raises(ValueError, match="samples must be >= 2"):

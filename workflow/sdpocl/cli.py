@@ -307,7 +307,7 @@ def cmd_teacher_check(a) -> None:
     records = read_jsonl(a.data)
     if a.n_prompts < len(records):
         records = random.Random(a.seed).sample(records, a.n_prompts)
-    report = check_teacher(a.model, records, seed=a.seed, threads=a.threads, **options)
+    report = check_teacher(a.model, records, seed=a.seed, threads=a.threads, teacher_dir=a.teacher, **options)
     report["data"] = str(a.data)
     print(json.dumps(report, indent=2))
     if a.out:
@@ -549,7 +549,8 @@ COMMANDS = [
         "before an SDPO stage: is the re-prompted teacher better than the student on this data?",
         cmd_teacher_check,
         [
-            _arg("--model", required=True, help="the stage's starting model (SDPO_0's teacher)"),
+            _arg("--model", required=True, help="the student: the stage's starting model, or a checkpoint"),
+            _arg("--teacher", help="the teacher's weights when not the student's (SDPO_0: the stage's start)"),
             _arg("--data", required=True, help="the stage's train JSONL"),
             _arg("--n-prompts", type=int, default=40, help="prompts, a seeded sample (default 40)"),
             _arg("--samples", type=int, default=8, help="samples per prompt, the group size (default 8)"),

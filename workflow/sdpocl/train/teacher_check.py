@@ -83,11 +83,13 @@ def check_teacher(
     threads: int = 1,
     progress: bool = True,
     rewards: Mapping[str, Callable[..., list[float]]] | None = None,
+    teacher_dir: str | Path | None = None,
 ) -> dict[str, Any]:
     """Student and re-prompted-teacher accuracy and log-prob gap on ``records`` (see the module).
     A sample is a success (a demonstration) at reward >= ``success_threshold``, SDPO's
-    ``success_reward_threshold``. ``rewards`` maps a domain to its reward function (default: the
-    training rewards)."""
+    ``success_reward_threshold``. ``teacher_dir``: the teacher's weights when they are not the
+    student's (SDPO_0 mid-stage: the stage's start, the student a checkpoint). ``rewards`` maps a
+    domain to its reward function (default: the training rewards)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -99,6 +101,9 @@ def check_teacher(
     torch.manual_seed(seed)
     tok = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    teacher_model = (
+        model if teacher_dir is None else AutoModelForCausalLM.from_pretrained(teacher_dir, dtype=torch.float32).eval()
+    )
     eos = tok.eos_token_id
     kwargs = dict(template_kwargs or {})
     domains = sorted({r["domain"] for r in records})
@@ -111,9 +116,9 @@ def check_teacher(
         )
 
     @torch.no_grad()
-    def sample(text: str) -> list[list[int]]:
+    def sample(text: str, net) -> list[list[int]]:
         ids = tok(text, return_tensors="pt", add_special_tokens=False).input_ids
-        out = model.generate(
+        out = net.generate(
             ids.repeat(samples, 1),
             attention_mask=torch.ones(samples, ids.shape[1], dtype=torch.long),
             do_sample=True,
@@ -126,10 +131,10 @@ def check_teacher(
         return [_completion_ids(row, eos) for row in out[:, ids.shape[1] :].tolist()]
 
     @torch.no_grad()
-    def logp(text: str, completion: list[int]) -> float:
+    def logp(net, text: str, completion: list[int]) -> float:
         ctx = tok(text, add_special_tokens=False).input_ids
         ids = torch.tensor([ctx + completion])
-        logits = model(ids).logits[0, len(ctx) - 1 : -1].float().log_softmax(-1)
+        logits = (net(ids).logits[0, len(ctx) - 1 : -1].float() / temperature).log_softmax(-1)  # as SDPO's
         return logits.gather(-1, torch.tensor(completion)[:, None]).sum().item()
 
     student: list[float] = []
@@ -140,7 +145,7 @@ def check_teacher(
     with_demo = 0
     for k, rec in enumerate(records):
         s_text = _render(tok, rec, rec["prompt"], chat_template, kwargs)
-        ids = sample(s_text)
+        ids = sample(s_text, model)
         texts = tok.batch_decode(ids, skip_special_tokens=True)
         r = score(rec, texts)
         student += r
@@ -151,13 +156,13 @@ def check_teacher(
             demo = texts[ok[0]].strip()
             reprompt = teacher_prompt(rec["prompt"], demo, keep_thinking=keep_thinking)
             t_text = _render(tok, rec, reprompt, chat_template, kwargs)
-            teacher += score(rec, tok.batch_decode(sample(t_text), skip_special_tokens=True))
+            teacher += score(rec, tok.batch_decode(sample(t_text, teacher_model), skip_special_tokens=True))
             for i in ok[1:]:  # each gets the first other success as its demonstration: ok[0]
                 if ids[i]:
-                    gaps.append((logp(t_text, ids[i]) - logp(s_text, ids[i])) / len(ids[i]))
+                    gaps.append((logp(teacher_model, t_text, ids[i]) - logp(model, s_text, ids[i])) / len(ids[i]))
             for i in sorted(set(range(len(r))) - set(ok)):  # failures, same demonstration
                 if ids[i]:
-                    fail_gaps.append((logp(t_text, ids[i]) - logp(s_text, ids[i])) / len(ids[i]))
+                    fail_gaps.append((logp(teacher_model, t_text, ids[i]) - logp(model, s_text, ids[i])) / len(ids[i]))
         if progress and (k + 1) % 10 == 0:
             print(f"[teacher-check] {k + 1}/{len(records)} prompts", flush=True)
 
@@ -172,6 +177,7 @@ def check_teacher(
 
     return {
         "model": str(model_dir),
+        "teacher": str(teacher_dir or model_dir),
         "domains": domains,
         "prompts": len(records),
         "samples": samples,
