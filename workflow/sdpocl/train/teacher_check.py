@@ -99,28 +99,31 @@ def check_teacher(
         raise ValueError("no records to check")
     torch.set_num_threads(threads)
     torch.manual_seed(seed)
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32  # the paper preset's models on a GPU
+
+    def load(path):
+        return AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device).eval()
+
     tok = AutoTokenizer.from_pretrained(model_dir)
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
-    teacher_model = (
-        model if teacher_dir is None else AutoModelForCausalLM.from_pretrained(teacher_dir, dtype=torch.float32).eval()
-    )
+    model = load(model_dir)
+    teacher_model = model if teacher_dir is None else load(teacher_dir)
     eos = tok.eos_token_id
     kwargs = dict(template_kwargs or {})
     domains = sorted({r["domain"] for r in records})
     rewards = {d: (rewards or {}).get(d) or make_reward(d) for d in domains}
 
     def score(rec: dict, texts: list[str]) -> list[float]:
-        n = len(texts)
-        return rewards[rec["domain"]](
-            texts, answer=[rec.get("answer")] * n, tests=[rec.get("tests", [])] * n, domain=[rec["domain"]] * n
-        )
+        n = len(texts)  # every column but the prompt, as TRL passes a dataset's columns to its rewards
+        columns = {k: [v] * n for k, v in rec.items() if k != "prompt"}
+        return rewards[rec["domain"]](texts, prompts=[rec["prompt"]] * n, **columns)
 
     @torch.no_grad()
     def sample(text: str, net) -> list[list[int]]:
-        ids = tok(text, return_tensors="pt", add_special_tokens=False).input_ids
+        ids = tok(text, return_tensors="pt", add_special_tokens=False).input_ids.to(device)
         out = net.generate(
             ids.repeat(samples, 1),
-            attention_mask=torch.ones(samples, ids.shape[1], dtype=torch.long),
+            attention_mask=torch.ones(samples, ids.shape[1], dtype=torch.long, device=device),
             do_sample=True,
             temperature=temperature,
             top_p=1.0,
@@ -133,9 +136,9 @@ def check_teacher(
     @torch.no_grad()
     def logp(net, text: str, completion: list[int]) -> float:
         ctx = tok(text, add_special_tokens=False).input_ids
-        ids = torch.tensor([ctx + completion])
+        ids = torch.tensor([ctx + completion], device=device)
         logits = (net(ids).logits[0, len(ctx) - 1 : -1].float() / temperature).log_softmax(-1)  # as SDPO's
-        return logits.gather(-1, torch.tensor(completion)[:, None]).sum().item()
+        return logits.gather(-1, ids[0, len(ctx) :, None]).sum().item()
 
     student: list[float] = []
     student_demo: list[float] = []  # the student on the prompts that have a demonstration
