@@ -26,6 +26,7 @@ from sdpocl.plot.style import (
     _stage_ticks,
     _table,
     apply_style,
+    legend_columns,
     method_order,
     method_styles,
     pretty_label,
@@ -123,7 +124,8 @@ def plot_cl_performance(tables, style: dict, out_stem: Path) -> list[Path]:
     handles = [Line2D([], [], color=dom_col[d], marker=dom_mark[d], label=f"{d} (in-domain)") for d in domains]
     if not ood.empty:
         handles.append(Line2D([], [], color="0.15", marker="X", linestyle="--", label="OOD (mean)"))
-    fig.legend(handles=handles, loc="outside upper center", ncol=len(handles), title="Benchmark domain")
+    ncol = legend_columns(len(handles), ncols)
+    fig.legend(handles=handles, loc="outside upper center", ncol=ncol, title="Benchmark domain")
     return save(fig, out_stem, st)
 
 

@@ -303,6 +303,12 @@ def _ncols(n: int, max_cols: int = 5) -> tuple[int, int]:
     return ncols, math.ceil(n / ncols)
 
 
+def legend_columns(n_entries: int, panel_columns: int, per_panel: float = 1.8) -> int:
+    """Legend columns that fit above ``panel_columns`` panels: about ``per_panel`` entries of
+    "science (in-domain)" width per 2.9-inch panel (a one-row legend over two panels is clipped)."""
+    return max(1, min(n_entries, int(panel_columns * per_panel)))
+
+
 def _remove_unused(axes, used: int) -> None:
     for ax in list(axes.flat)[used:]:
         ax.remove()
