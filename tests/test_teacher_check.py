@@ -101,6 +101,20 @@ def test_chat_template_keeps_the_system_message_and_rewrites_the_user_turn(tiny_
     assert plain == f"{rec['system']}\n\n{user}"
 
 
+def test_chat_template_path_end_to_end(tiny_standin):
+    """The paper preset's format: the stand-in's Qwen3 chat template, thinking off."""
+    report = _check(
+        tiny_standin,
+        lambda completions, **kw: [1.0] * len(completions),
+        n=2,
+        samples=2,
+        chat_template=True,
+        template_kwargs={"enable_thinking": False},
+    )
+    assert report["prompts_with_demonstration"] == 2 and report["successful_samples_compared"] == 2
+    assert report["logp_gap"] is not None
+
+
 def test_cli_writes_the_report(tiny_standin, tmp_path, capsys):
     model, recs = tiny_standin
     data = write_jsonl(tmp_path / "train.jsonl", recs[:6])

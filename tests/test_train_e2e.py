@@ -178,3 +178,14 @@ def test_diverged_stage_is_recorded_as_collapsed_and_the_chain_goes_on(smoke_res
     )
     assert nxt.returncode == 0, nxt.stderr[-3000:]
     assert json.loads((tmp_path / "sci" / "summary.json").read_text())["steps_done"] == child["steps"]
+
+
+def test_teacher_check_rule_on_the_smoke_grid(smoke_results):
+    """The on-demand rule runs on a stage start of a finished grid and writes the report."""
+    target = smoke_results / "runs" / "sdpo_a0_s0" / "math" / "science" / "teacher_check.json"
+    snakemake("--profile", "profiles/local", str(target), results=smoke_results)
+    report = json.loads(target.read_text())
+    assert report["model"] == str(smoke_results / "runs" / "sdpo_a0_s0" / "math" / "model")
+    group = load_config(ROOT / "config/smoke.yaml")["train"]["num_generations"]
+    assert report["domains"] == ["science"] and report["samples"] == group
+    assert 0.0 <= report["student_acc"] <= 1.0
