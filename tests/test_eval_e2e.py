@@ -88,7 +88,7 @@ def test_every_figure_is_drawn(smoke_results):
 
 
 def test_evaluation_is_deterministic(smoke_results, tmp_path):
-    settings = json.loads((smoke_results / "base" / "eval" / "scores.json").read_text())["meta"]["settings"]
+    settings = json.loads((smoke_results / "base" / "eval" / "seed-0" / "scores.json").read_text())["meta"]["settings"]
     proc = subprocess.run(
         [
             str(BIN / "sdpocl"),
@@ -109,10 +109,10 @@ def test_evaluation_is_deterministic(smoke_results, tmp_path):
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     again = json.loads((tmp_path / "scores.json").read_text())["benchmarks"]
-    first = json.loads((smoke_results / "base" / "eval" / "scores.json").read_text())["benchmarks"]
+    first = json.loads((smoke_results / "base" / "eval" / "seed-0" / "scores.json").read_text())["benchmarks"]
     for b in BENCH:
         assert (tmp_path / "samples" / f"{b}.jsonl").read_text() == (
-            smoke_results / "base" / "eval" / "samples" / f"{b}.jsonl"
+            smoke_results / "base" / "eval" / "seed-0" / "samples" / f"{b}.jsonl"
         ).read_text()
         assert again[b] == first[b]
 

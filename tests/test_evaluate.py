@@ -488,6 +488,29 @@ def test_change_against_the_stages_parent_with_a_paired_stderr(tmp_path):
     assert df[df.run == "grpo_s1"].change.isna().all() and df[df.method == "base"].change.isna().all()
 
 
+def test_each_seed_is_compared_with_its_own_base_evaluation(tmp_path):
+    """Seeded base evaluations (one per training seed): RelPerf and the stage-1 change of a seed's run
+    use that seed's base draw, not another seed's."""
+    base = {"run": "base", "label": "Base", "method": "base", "chain": ""}
+    b0 = _scored_checkpoint(tmp_path, "b0", {**base, "seed": 0}, {"math": [[0, 0], [1, 0]]})  # 0.25
+    b1 = _scored_checkpoint(tmp_path, "b1", {**base, "seed": 1}, {"math": [[1, 0], [1, 1]]})  # 0.75
+    run = {"label": "GRPO", "method": "grpo", "chain": "math"}
+    s0 = _scored_checkpoint(tmp_path, "s0", {**run, "run": "grpo_s0", "seed": 0}, {"math": [[1, 0], [1, 0]]})
+    s1 = _scored_checkpoint(tmp_path, "s1", {**run, "run": "grpo_s1", "seed": 1}, {"math": [[1, 0], [1, 0]]})
+    df = eval_table([b1, s0, b0, s1], domains=["math"]).set_index("run")
+    assert df.loc["grpo_s0", "base_acc"] == pytest.approx(0.25) and df.loc["grpo_s0", "relperf"] == pytest.approx(100)
+    assert df.loc["grpo_s1", "base_acc"] == pytest.approx(0.75) and df.loc["grpo_s1", "relperf"] == pytest.approx(-100 / 3)
+    assert df.loc["grpo_s0", "parent_acc"] == pytest.approx(0.25) and df.loc["grpo_s0", "change"] == pytest.approx(0.25)
+    assert df.loc["grpo_s1", "parent_acc"] == pytest.approx(0.75) and df.loc["grpo_s1", "change"] == pytest.approx(-0.25)
+    assert sorted(df.loc["base", "seed"]) == [0, 1] and (df.loc["base", "relperf"] == 0).all()
+    # a seed without its base evaluation, and two base evaluations of one seed, are named
+    with pytest.raises(ValueError, match=r"no base-model score for benchmark\(s\) math \(seed 1\)"):
+        eval_table([b0, s0, s1], domains=["math"])
+    b0_again = _scored_checkpoint(tmp_path, "b0_again", {**base, "seed": 0}, {"math": [[0, 0], [1, 0]]})
+    with pytest.raises(ValueError, match="more than one base-model score file for the same seed.*seed 0"):
+        eval_table([b0, b0_again, s0], domains=["math"])
+
+
 def test_paired_change_uses_only_prompts_scored_by_both():
     before, after = pd.Series({0: 0.5, 1: 0.25, 2: 1.0}), pd.Series({1: 0.5, 2: 1.0, 3: 0.0})
     assert paired_change(after, before)[:2] == pytest.approx((0.625, 0.125))

@@ -1,5 +1,7 @@
 """Dry runs: the grids resolve to the expected jobs, and config errors stop Snakemake early."""
 
+import json
+import re
 from collections import Counter
 
 import pytest
@@ -62,8 +64,24 @@ def test_several_seeds_multiply_runs(tmp_path):
     cfg["seeds"] = [0, 1]
     path = tmp_path / "two_seeds.yaml"
     path.write_text(yaml.safe_dump(cfg))
-    proc = snakemake("-n", results=tmp_path / "r", configfile=str(path))
-    assert scheduled_jobs(proc.stdout)["train_stage"] == 52
+    proc = snakemake("-n", "-p", results=tmp_path / "r", configfile=str(path))
+    counts = scheduled_jobs(proc.stdout)
+    assert counts["train_stage"] == 52
+    # each seed evaluates the base with its own sampling seed, and its checkpoints with the same one
+    assert counts["evaluate_base"] == 2
+
+    def sampling_seeds(rule, **wildcards):
+        seeds = []
+        for block in re.split(r"\n(?=rule |localrule )", proc.stdout):
+            if block.startswith(f"rule {rule}:") and all(f"{k}={v}" in block for k, v in wildcards.items()):
+                seeds.append(json.loads(re.search(r"--settings '([^']+)'", block).group(1))["seed"])
+        return seeds
+
+    assert sampling_seeds("evaluate_base", seed=0) == [0] and sampling_seeds("evaluate_base", seed=1) == [1]
+    assert set(sampling_seeds("evaluate_checkpoint", run="grpo_s0")) == {0}
+    assert set(sampling_seeds("evaluate_checkpoint", run="grpo_s1")) == {1}
+    aggregate = proc.stdout[proc.stdout.index("rule aggregate_eval:") :]
+    assert "base/eval/seed-0/scores.json" in aggregate and "base/eval/seed-1/scores.json" in aggregate
 
 
 def test_list_overrides_on_the_command_line(tmp_path):

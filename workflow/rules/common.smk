@@ -1,5 +1,6 @@
 """Config validation, the grid, path helpers and wildcard constraints."""
 
+import functools
 import os
 import re
 import shlex
@@ -66,7 +67,26 @@ def difficulty_flag(domain):
 
 
 #: what a changed value of must re-evaluate: sampling, limits, the prompt format and the scoring limits
-EVAL_SETTINGS = stable_json({**config["evaluate"], **resolve_prompt_format(config), "rewards": config["rewards"]})
+_EVAL = {**config["evaluate"], **resolve_prompt_format(config), "rewards": config["rewards"]}
+EVAL_SETTINGS = stable_json(_EVAL)
+#: the grid's training seeds; each has its own evaluation of the base (rule evaluate_base)
+SEEDS = sorted({run.seed for run in RUNS.values()}) or sorted(config["seeds"])
+
+
+@functools.cache
+def eval_settings(seed):
+    """EVAL_SETTINGS with the sampling seed of training seed ``seed``: ``evaluate.seed + seed``.
+
+    A seed's checkpoints and its own base evaluation draw with one sampling seed, so each paired change
+    keeps its common random numbers; different seeds draw independently, so the seed CI sees the
+    base's sampling error too (one shared base draw offset every seed's stage-1 change alike).
+    Seed 0 keeps ``evaluate.seed``: its jobs and caches are unchanged."""
+    return stable_json({**_EVAL, "seed": _EVAL["seed"] + seed})
+
+
+def base_eval_path(seed, leaf="scores.json"):
+    """The base model's evaluation drawn with training seed ``seed``'s sampling seed."""
+    return f"{RESULTS}/base/eval/seed-{seed}/{leaf}"
 
 
 wildcard_constraints:
@@ -77,6 +97,7 @@ wildcard_constraints:
     bench="|".join([*OOD_GENERATORS, *PAPER_OOD]),
     benchmark="|".join(re.escape(b) for b in BENCHMARK_NAMES),
     ckpt=r"final|step-\d+",
+    seed=r"\d+",
 
 
 def all_stages():
@@ -141,6 +162,15 @@ def eval_meta(wildcards):
             "checkpoint": wildcards.ckpt,
         }
     )
+
+
+def run_eval_settings(wildcards):
+    return eval_settings(RUNS[wildcards.run].seed)
+
+
+def run_base_samples(wildcards):
+    """The samples of the base's evaluation with the run's own seed (response drift's reference)."""
+    return base_eval_path(RUNS[wildcards.run].seed, "samples")
 
 
 def run_meta(wildcards):

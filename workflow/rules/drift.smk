@@ -30,7 +30,7 @@ rule compute_drift:
 
 rule response_drift:
     input:
-        base=f"{RESULTS}/base/eval/samples",
+        base=run_base_samples,
         stages=run_eval_samples,
     output:
         f"{RESULTS}/runs/{{run}}/response_drift.csv",

@@ -56,7 +56,7 @@ rule evaluate_checkpoint:
     params:
         model=eval_model_path,
         meta=eval_meta,
-        settings=EVAL_SETTINGS,
+        settings=run_eval_settings,
         benchmarks=BENCHMARK_NAMES,
         out=lambda wc, output: os.path.dirname(output.scores),
         tasks=lambda wc, input: os.path.dirname(input.tasks[0]),
@@ -65,17 +65,19 @@ rule evaluate_checkpoint:
         "--settings {params.settings:q} --meta {params.meta:q} --out {params.out} --threads {threads} > {log} 2>&1"
 
 
+# once per training seed, with that seed's sampling seed (eval_settings): a seed's stage-1 change is paired
+# with its own base draw, and the seed CI sees the base's sampling error
 rule evaluate_base:
     input:
         model=BASE_MODEL,
         tasks=eval_task_files(),
     output:
-        scores=f"{RESULTS}/base/eval/scores.json",
-        samples=directory(f"{RESULTS}/base/eval/samples"),
+        scores=base_eval_path("{seed}"),
+        samples=directory(base_eval_path("{seed}", "samples")),
     log:
-        f"{RESULTS}/logs/evaluate/base.log",
+        f"{RESULTS}/logs/evaluate/base/seed-{{seed}}.log",
     benchmark:
-        f"{RESULTS}/benchmarks/evaluate/base.tsv"
+        f"{RESULTS}/benchmarks/evaluate/base/seed-{{seed}}.tsv"
     conda:
         "../../envs/sdpocl.yaml"
     threads: THREADS
@@ -85,8 +87,8 @@ rule evaluate_base:
         model=lambda wc: BASE_MODEL,
         out=lambda wc, output: os.path.dirname(output.scores),
         tasks=lambda wc, input: os.path.dirname(input.tasks[0]),
-        meta=stable_json(BASE_META),
-        settings=EVAL_SETTINGS,
+        meta=lambda wc: stable_json({**BASE_META, "seed": int(wc.seed)}),
+        settings=lambda wc: eval_settings(int(wc.seed)),
         benchmarks=BENCHMARK_NAMES,
     shell:
         "sdpocl evaluate --model {params.model} --tasks {params.tasks} "
@@ -96,12 +98,12 @@ rule evaluate_base:
 
 rule aggregate_eval:
     input:
-        base=f"{RESULTS}/base/eval/scores.json",
+        base=[base_eval_path(seed) for seed in SEEDS],
         scores=all_eval_outputs(),
         # read beside the scores: per-prompt Acc@k for the paired change against each stage's parent
         samples=[
             os.path.join(os.path.dirname(f), "samples")
-            for f in [f"{RESULTS}/base/eval/scores.json", *all_eval_outputs()]
+            for f in [*(base_eval_path(seed) for seed in SEEDS), *all_eval_outputs()]
         ],
     output:
         eval=f"{RESULTS}/tables/eval.csv",

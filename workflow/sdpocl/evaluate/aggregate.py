@@ -66,10 +66,10 @@ def paired_change(after: pd.Series | None, before: pd.Series | None) -> tuple[fl
 def _parent_changes(df: pd.DataFrame, dirs: list[Path]) -> pd.DataFrame:
     """parent_acc / change / change_stderr of every row against the stage's starting model: the
     previous stage's final checkpoint of the same run, or the base model for a first stage."""
-    by_stage: dict = {}  # (run, chain) of a final checkpoint, or None for the base -> its file's index
+    by_stage: dict = {}  # (run, chain) of a final checkpoint, or ("base", seed) -> its file's index
     for row in df.drop_duplicates("file_index").itertuples():
         if row.method == "base":
-            by_stage[None] = row.file_index
+            by_stage[("base", row.base_seed)] = row.file_index
         elif row.checkpoint == "final":
             by_stage[(row.run, row.chain)] = row.file_index
     cache: dict = {}
@@ -86,12 +86,29 @@ def _parent_changes(df: pd.DataFrame, dirs: list[Path]) -> pd.DataFrame:
             out.append((math.nan, math.nan, math.nan))
             continue
         start = parent_chain(tuple(row.chain.split("/")))
-        parent = by_stage.get((row.run, "/".join(start)) if start else None)
+        parent = by_stage.get((row.run, "/".join(start)) if start else ("base", row.base_seed))
         if parent is None:
             out.append((math.nan, math.nan, math.nan))
             continue
         out.append(paired_change(accs(row.file_index, row.benchmark), accs(parent, row.benchmark)))
     return pd.DataFrame(out, columns=["parent_acc", "change", "change_stderr"], index=df.index)
+
+
+_ANY_SEED = -1  # a base evaluation without a seed (made before bases were evaluated per seed): every seed's
+
+
+def _base_seeds(df: pd.DataFrame) -> pd.Series:
+    """The base evaluation each row is compared with: the one drawn with the row's training seed, or
+    the one base evaluation without a seed. Two base evaluations of one seed are an error."""
+    base = df[df.method == "base"].drop_duplicates("file_index")
+    seeds = base.seed.fillna(_ANY_SEED).astype(int)
+    dup = sorted({s for s in seeds[seeds.duplicated()]})
+    if dup:
+        which = ", ".join("without a seed" if s == _ANY_SEED else f"seed {s}" for s in dup)
+        raise ValueError(f"more than one base-model score file for the same seed among the inputs ({which})")
+    if set(seeds) == {_ANY_SEED}:
+        return pd.Series(_ANY_SEED, index=df.index)
+    return df.seed.fillna(_ANY_SEED).astype(int)
 
 
 def eval_table(score_files: list[str | Path], *, domains: list[str]) -> pd.DataFrame:
@@ -121,13 +138,13 @@ def eval_table(score_files: list[str | Path], *, domains: list[str]) -> pd.DataF
     df = pd.DataFrame(rows)
     if df.empty:
         return pd.DataFrame(columns=EVAL_COLUMNS)
-    base = df[df.method == "base"].set_index("benchmark")["acc"]
-    if base.index.duplicated().any():
-        raise ValueError("more than one base-model score file among the inputs")
-    missing = sorted(set(df.benchmark) - set(base.index))
+    df["base_seed"] = _base_seeds(df)
+    base = df[df.method == "base"].set_index(["base_seed", "benchmark"])["acc"]
+    keys = pd.MultiIndex.from_arrays([df.base_seed, df.benchmark])
+    missing = sorted({f"{b} (seed {s})" if s != _ANY_SEED else b for s, b in keys.difference(base.index)})
     if missing:
         raise ValueError(f"no base-model score for benchmark(s) {', '.join(missing)}: RelPerf needs them")
-    df["base_acc"] = df.benchmark.map(base)
+    df["base_acc"] = base.reindex(keys).to_numpy()
     df["relperf"] = relative_performance(df.acc, df.base_acc)
     df["gain"] = df.relperf.clip(lower=0)
     df["forgetting"] = (-df.relperf).clip(lower=0)

@@ -160,12 +160,11 @@ def check_teacher(
             reprompt = teacher_prompt(rec["prompt"], demo, keep_thinking=keep_thinking)
             t_text = _render(tok, rec, reprompt, chat_template, kwargs)
             teacher += score(rec, tok.batch_decode(sample(t_text, teacher_model), skip_special_tokens=True))
-            for i in ok[1:]:  # each gets the first other success as its demonstration: ok[0]
-                if ids[i]:
-                    gaps.append((logp(teacher_model, t_text, ids[i]) - logp(model, s_text, ids[i])) / len(ids[i]))
-            for i in sorted(set(range(len(r))) - set(ok)):  # failures, same demonstration
-                if ids[i]:
-                    fail_gaps.append((logp(teacher_model, t_text, ids[i]) - logp(model, s_text, ids[i])) / len(ids[i]))
+            # every sample but the demonstration (ok[0], the first *other* success of each of them)
+            for i in range(len(r)):
+                if i != ok[0] and ids[i]:
+                    gap = (logp(teacher_model, t_text, ids[i]) - logp(model, s_text, ids[i])) / len(ids[i])
+                    (gaps if r[i] >= success_threshold else fail_gaps).append(gap)
         if progress and (k + 1) % 10 == 0:
             print(f"[teacher-check] {k + 1}/{len(records)} prompts", flush=True)
 
