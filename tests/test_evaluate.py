@@ -499,9 +499,13 @@ def test_each_seed_is_compared_with_its_own_base_evaluation(tmp_path):
     s1 = _scored_checkpoint(tmp_path, "s1", {**run, "run": "grpo_s1", "seed": 1}, {"math": [[1, 0], [1, 0]]})
     df = eval_table([b1, s0, b0, s1], domains=["math"]).set_index("run")
     assert df.loc["grpo_s0", "base_acc"] == pytest.approx(0.25) and df.loc["grpo_s0", "relperf"] == pytest.approx(100)
-    assert df.loc["grpo_s1", "base_acc"] == pytest.approx(0.75) and df.loc["grpo_s1", "relperf"] == pytest.approx(-100 / 3)
+    assert df.loc["grpo_s1", "base_acc"] == pytest.approx(0.75) and df.loc["grpo_s1", "relperf"] == pytest.approx(
+        -100 / 3
+    )
     assert df.loc["grpo_s0", "parent_acc"] == pytest.approx(0.25) and df.loc["grpo_s0", "change"] == pytest.approx(0.25)
-    assert df.loc["grpo_s1", "parent_acc"] == pytest.approx(0.75) and df.loc["grpo_s1", "change"] == pytest.approx(-0.25)
+    assert df.loc["grpo_s1", "parent_acc"] == pytest.approx(0.75) and df.loc["grpo_s1", "change"] == pytest.approx(
+        -0.25
+    )
     assert sorted(df.loc["base", "seed"]) == [0, 1] and (df.loc["base", "relperf"] == 0).all()
     # a seed without its base evaluation, and two base evaluations of one seed, are named
     with pytest.raises(ValueError, match=r"no base-model score for benchmark\(s\) math \(seed 1\)"):

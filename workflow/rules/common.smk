@@ -77,10 +77,10 @@ SEEDS = sorted({run.seed for run in RUNS.values()}) or sorted(config["seeds"])
 def eval_settings(seed):
     """EVAL_SETTINGS with the sampling seed of training seed ``seed``: ``evaluate.seed + seed``.
 
-    A seed's checkpoints and its own base evaluation draw with one sampling seed, so each paired change
-    keeps its common random numbers; different seeds draw independently, so the seed CI sees the
-    base's sampling error too (one shared base draw offset every seed's stage-1 change alike).
-    Seed 0 keeps ``evaluate.seed``: its jobs and caches are unchanged."""
+    Each seed's stage-1 changes are measured against that seed's own base evaluation, and different
+    seeds draw independently, so the seed CI sees the base's sampling error (one shared base draw
+    offset every seed's stage-1 change alike; docs/tiny-preset.md). Seed 0 keeps ``evaluate.seed``:
+    its jobs and caches are unchanged."""
     return stable_json({**_EVAL, "seed": _EVAL["seed"] + seed})
 
 

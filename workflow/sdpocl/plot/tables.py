@@ -2,10 +2,10 @@
 
 Every table starts with the run-identity columns of :data:`RUN_COLUMNS`; the base model's rows
 use ``run="base"``, ``label="Base"``, ``method="base"``, empty alpha, ``chain=""`` and
-``stage=0``; in ``eval.csv`` there is one base evaluation per training seed, drawn with that seed's
-sampling seed, and its rows carry that seed (empty seed elsewhere). ``chain`` is the domains learned so far joined by ``/`` (``math/science``);
-``continual`` is true when the chain is a prefix of the configured sequence and
-``single_domain`` when it has one domain (``math`` is both).
+``stage=0``; in ``eval.csv`` there is one base evaluation per training seed, drawn with that
+seed's sampling seed, and its rows carry that seed (empty seed elsewhere). ``chain`` is the domains
+learned so far joined by ``/`` (``math/science``); ``continual`` is true when the chain is a prefix
+of the configured sequence and ``single_domain`` when it has one domain (``math`` is both).
 
 Sample logs (one per checkpoint and benchmark, ``<stage>/eval/samples/<benchmark>.jsonl``,
 ``<results>/base/eval/seed-<seed>/samples/<benchmark>.jsonl``) hold one JSON line per prompt with the keys of
