@@ -126,3 +126,21 @@ def test_report_holds_every_figure_with_its_caption(smoke_results, tmp_path):
     for fig in FIGURE_TABLES:
         assert f"{fig}.png" in html, fig
     assert "Domain distance" in html and "Continual learning" in html  # report categories
+
+
+def test_goal_table_from_the_smoke_grid(smoke_results, tmp_path):
+    """`sdpocl goals` reads the workflow's own tables and logs: a line per method and stage, the
+    forgetting, Table 1, drift and OOD sections, and the stage's change as eval.csv has it."""
+    out = tmp_path / "goals.md"
+    proc = subprocess.run(
+        [str(BIN / "sdpocl"), "goals", str(smoke_results), "--out", str(out)], capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert out.read_text() == proc.stdout
+    for section in ("## Learning", "## Forgetting", "## Table 1", "## Drift after the chain", "## OOD base Acc@8"):
+        assert section in proc.stdout
+    ev = pd.read_csv(smoke_results / "tables" / "eval.csv")
+    first = ev[(ev.run == "grpo_s0") & (ev.chain == "math") & (ev.benchmark == "math")].iloc[0]
+    line = next(x for x in proc.stdout.splitlines() if x.startswith("| GRPO | 1 math |"))
+    assert f"{first.change:+.3f}" in line
+    assert sum(x.startswith("| SDPO_0 | ") for x in proc.stdout.splitlines()) >= 4  # four stages, then forgetting

@@ -314,6 +314,16 @@ def cmd_teacher_check(a) -> None:
         write_json(a.out, report, indent=2)
 
 
+def cmd_goals(a) -> None:
+    from sdpocl.evaluate.goals import goal_report
+
+    report = goal_report(a.results)
+    print(report, end="")
+    if a.out:
+        Path(a.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(a.out).write_text(report)
+
+
 def cmd_job_server(a) -> None:
     from sdpocl.jobserver import serve
 
@@ -562,6 +572,15 @@ COMMANDS = [
             _arg("--seed", type=int, default=0),
             _arg("--out", help="also write the report here (JSON)"),
             _threads(1),
+        ],
+    ),
+    (
+        "goals",
+        "print the study's headline checks (docs/tiny-preset.md's goal table) from a results folder's tables",
+        cmd_goals,
+        [
+            _arg("results", help="the results folder (its tables/ and runs/)"),
+            _arg("--out", help="also write the table here (markdown)"),
         ],
     ),
     (

@@ -94,7 +94,7 @@ def _parent_changes(df: pd.DataFrame, dirs: list[Path]) -> pd.DataFrame:
     return pd.DataFrame(out, columns=["parent_acc", "change", "change_stderr"], index=df.index)
 
 
-_ANY_SEED = -1  # a base evaluation without a seed (made before bases were evaluated per seed): every seed's
+_ANY_SEED = -1  # a base evaluation without a seed (made before bases were evaluated per seed) serves every seed
 
 
 def _base_seeds(df: pd.DataFrame) -> pd.Series:

@@ -1,0 +1,102 @@
+"""The goal table (sdpocl goals) on hand-made tables: the numbers it prints are the tables' own."""
+
+import json
+import math
+
+import pandas as pd
+import pytest
+
+from sdpocl.chain import stage_dir
+from sdpocl.evaluate.goals import forgetting, goal_report, reward_rise, stage_learning, t_interval
+
+DOMAINS = ["math", "science", "tooluse"]
+
+
+def _row(run, label, seed, chain, bench, acc, change=math.nan, stderr=math.nan, method="grpo"):
+    parts = chain.split("/") if chain else []
+    return {
+        "run": run,
+        "label": label,
+        "method": method,
+        "alpha": None,
+        "seed": seed,
+        "chain": chain,
+        "stage": len(parts),
+        "domain": parts[-1] if parts else "base",
+        "continual": parts == DOMAINS[: len(parts)],
+        "single_domain": len(parts) == 1,
+        "checkpoint": "final",
+        "benchmark": bench,
+        "kind": "in-domain" if bench in DOMAINS else "ood",
+        "bench_domain": bench if bench in DOMAINS else "math",
+        "acc": acc,
+        "change": change,
+        "parent_acc": math.nan,
+        "change_stderr": stderr,
+    }
+
+
+def _results(tmp_path, seeds=(0, 1)):
+    """Two GRPO chains (MATH -> SCIENCE -> TOOLUSE) whose numbers differ by seed, a base per seed, logs."""
+    rows = []
+    for s in seeds:
+        rows += [_row("base", "Base", s, "", b, 0.3, method="base") for b in [*DOMAINS, "logic_grid"]]
+        run = f"grpo_s{s}"
+        own = {"math": 0.5 + 0.1 * s, "science": 0.6, "tooluse": 0.4}
+        for k, domain in enumerate(DOMAINS, start=1):
+            chain = "/".join(DOMAINS[:k])
+            for b in DOMAINS:
+                # each later stage costs an earlier domain 0.05 per stage, s more on MATH in seed s
+                acc = (
+                    own[b] - (0.05 + 0.1 * s * (b == "math")) * (k - 1 - DOMAINS.index(b))
+                    if DOMAINS.index(b) < k
+                    else 0.3
+                )
+                change = 0.1 + 0.2 * s if b == domain else math.nan
+                rows.append(_row(run, "GRPO", s, chain, b, acc, change, 0.05 if b == domain else math.nan))
+            log = [{"step": i, "reward": 0.2 + 0.01 * i * (s + 1)} for i in range(10)]
+            folder = tmp_path / stage_dir(".", run, chain)
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / "train_log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in log))
+    (tmp_path / "tables").mkdir()
+    pd.DataFrame(rows).to_csv(tmp_path / "tables" / "eval.csv", index=False)
+    return tmp_path
+
+
+def test_t_interval_and_reward_rise(tmp_path):
+    mean, half = t_interval([0.1, 0.3])
+    assert mean == pytest.approx(0.2) and half == pytest.approx(12.7062 * 0.1, rel=1e-4)  # t(0.975, 1) sd / sqrt 2
+    assert math.isnan(t_interval([0.4])[1]) and math.isnan(t_interval([])[0])
+    log = tmp_path / "log.jsonl"
+    log.write_text("".join(json.dumps({"step": i, "reward": float(i)}) + "\n" for i in range(10)))
+    assert reward_rise(log) == (0.5, 8.5)  # the first and the last fifth: steps 0-1 and 8-9
+    assert all(math.isnan(x) for x in reward_rise(tmp_path / "missing.jsonl"))
+
+
+def test_stage_learning_and_forgetting_from_the_tables(tmp_path):
+    results = _results(tmp_path)
+    ev = pd.read_csv(results / "tables" / "eval.csv")
+    learn = stage_learning(ev, results)
+    assert list(learn.domain[learn.seed == 0]) == DOMAINS
+    row = learn[(learn.seed == 1) & (learn.domain == "science")].iloc[0]
+    assert row.change == pytest.approx(0.3) and row.z == pytest.approx(6.0)
+    assert (row.reward_first, row.reward_last) == pytest.approx((0.2 + 0.02 * 0.5, 0.2 + 0.02 * 8.5))
+    fg = forgetting(ev).set_index("seed")
+    # seed 0: MATH lost 0.05 x 2 stages, SCIENCE 0.05 x 1; seed 1: MATH (0.05 + 0.1) x 2
+    assert fg.loc[0, "math"] == pytest.approx(0.10) and fg.loc[0, "science"] == pytest.approx(0.05)
+    assert fg.loc[1, "math"] == pytest.approx(0.30) and fg.loc[1, "mean"] == pytest.approx(0.175)
+    assert "tooluse" not in fg.columns or fg.tooluse.isna().all()  # the last stage's domain is not forgotten yet
+
+
+def test_goal_report_prints_seeds_and_their_interval(tmp_path):
+    report = goal_report(_results(tmp_path))
+    line = next(x for x in report.splitlines() if x.startswith("| GRPO | 1 math |"))
+    assert "+0.100 (2.0) / +0.300 (6.0)" in line and "+0.200 ± 1.271" in line and "| 2 of 2 |" in line
+    forgot = next(x for x in report.splitlines() if x.startswith("| GRPO | +0.075 / +0.175 |"))
+    assert "+0.125 ± 0.635" in forgot
+    assert "OOD base Acc@8" in report and "logic_grid 0.300" in report and "1 of 1" in report
+
+
+def test_goal_report_names_a_missing_table(tmp_path):
+    with pytest.raises(FileNotFoundError, match="eval.csv is missing"):
+        goal_report(tmp_path)

@@ -1,0 +1,188 @@
+"""The study's headline checks from a results folder (docs/tiny-preset.md's goal tables), so the
+numbers in a report come from one command over the workflow's own tables, not from hand arithmetic.
+
+Reads ``tables/eval.csv``, ``tables/teacher_stability.csv``, ``tables/drift_params.csv``,
+``tables/drift_responses.csv`` (each optional) and every stage's ``train_log.jsonl``. Each check is
+given per seed, then as the seed mean with its 95% t-interval (the figures' CI); with one seed the
+interval is empty and a stage's paired z (change / paired stderr, ``eval.csv``) is the only error bar.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from pathlib import Path
+
+import pandas as pd
+
+from sdpocl.chain import stage_dir
+from sdpocl.io import read_jsonl
+
+#: OOD base Acc@8 range in which RelPerf can move both ways (issue 12, goal 3)
+OOD_RANGE = (0.15, 0.7)
+
+
+def t_interval(values: Iterable[float]) -> tuple[float, float]:
+    """(mean, half-width of the 95% t-interval); the half-width is NaN below two values."""
+    v = [float(x) for x in values if pd.notna(x)]
+    if not v:
+        return math.nan, math.nan
+    mean = sum(v) / len(v)
+    if len(v) < 2:
+        return mean, math.nan
+    from scipy import stats
+
+    sd = math.sqrt(sum((x - mean) ** 2 for x in v) / (len(v) - 1))
+    return mean, float(stats.t.ppf(0.975, len(v) - 1)) * sd / math.sqrt(len(v))
+
+
+def reward_rise(log_path: Path) -> tuple[float, float]:
+    """Training reward, mean of the first and of the last fifth of a stage's rollout steps."""
+    if not Path(log_path).exists():
+        return math.nan, math.nan
+    r = [row["reward"] for row in read_jsonl(log_path) if row.get("reward") is not None]
+    if not r:
+        return math.nan, math.nan
+    k = max(1, len(r) // 5)
+    return sum(r[:k]) / k, sum(r[-k:]) / k
+
+
+def _finals(ev: pd.DataFrame) -> pd.DataFrame:
+    return ev[ev.checkpoint.astype(str) == "final"] if "checkpoint" in ev else ev
+
+
+def stage_learning(ev: pd.DataFrame, results: Path) -> pd.DataFrame:
+    """One row per continual stage and in-domain benchmark of the stage's domain: the change against
+    the stage's starting model with its paired z, and the training reward's rise over the stage."""
+    rows = _finals(ev)
+    rows = rows[
+        (rows.method != "base") & rows.continual & (rows.kind == "in-domain") & (rows.bench_domain == rows.domain)
+    ].copy()
+    rows["z"] = rows.change / rows.change_stderr.where(rows.change_stderr > 0)
+    rewards = {
+        (run, chain): reward_rise(Path(stage_dir(results, run, chain)) / "train_log.jsonl")
+        for run, chain in rows[["run", "chain"]].drop_duplicates().itertuples(index=False)
+    }
+    rows["reward_first"] = [rewards[(r, c)][0] for r, c in zip(rows.run, rows.chain)]
+    rows["reward_last"] = [rewards[(r, c)][1] for r, c in zip(rows.run, rows.chain)]
+    cols = ["label", "run", "seed", "stage", "domain", "benchmark", "parent_acc", "acc", "change", "change_stderr"]
+    return rows[[*cols, "z", "reward_first", "reward_last"]].sort_values(["label", "seed", "stage", "benchmark"])
+
+
+def forgetting(ev: pd.DataFrame) -> pd.DataFrame:
+    """Per continual run: for each domain trained before the last stage, its in-domain Acc@8 right
+    after its own stage minus after the last stage (positive = forgotten), and their mean."""
+    rows = _finals(ev)
+    rows = rows[(rows.method != "base") & rows.continual & (rows.kind == "in-domain")]
+    out = []
+    for (label, run, seed), g in rows.groupby(["label", "run", "seed"], dropna=False):
+        last = g.stage.max()
+        per = {}
+        for domain, d in g[g.stage < last].groupby("domain"):
+            own = d[d.bench_domain == domain]
+            stage = own.stage.max()
+            after_own = own[own.stage == stage].acc.mean()
+            after_last = g[(g.stage == last) & (g.bench_domain == domain)].acc.mean()
+            per[domain] = after_own - after_last
+        if per:
+            out.append({"label": label, "run": run, "seed": seed, **per, "mean": sum(per.values()) / len(per)})
+    return pd.DataFrame(out)
+
+
+def drift_after_chain(params: pd.DataFrame | None, responses: pd.DataFrame | None) -> pd.DataFrame:
+    """Per continual run: NSS and PM update of the chain's last checkpoint (all matrices), and the mean
+    response similarity to the base after the first and after the last stage."""
+    out: dict = {}
+    if params is not None and not params.empty:
+        p = params[(params.matrix_type.astype(str) == "all") & params.continual & params.point_index.notna()]
+        for (label, run, seed), g in p.groupby(["label", "run", "seed"], dropna=False):
+            last = g.loc[g.point_index.idxmax()]
+            out[run] = {
+                "label": label,
+                "run": run,
+                "seed": seed,
+                "nss": last.nss_mean,
+                "pm_update": last.pm_update_mean,
+            }
+    if responses is not None and not responses.empty:
+        r = responses[responses.continual & (responses.stage >= 1)]
+        for (label, run, seed), g in r.groupby(["label", "run", "seed"], dropna=False):
+            row = out.setdefault(run, {"label": label, "run": run, "seed": seed})
+            by_stage = g.groupby("stage").similarity.mean()
+            row["similarity_first"], row["similarity_last"] = by_stage.iloc[0], by_stage.iloc[-1]
+    return pd.DataFrame(list(out.values()))
+
+
+def _read(path: Path) -> pd.DataFrame | None:
+    return pd.read_csv(path) if path.exists() else None
+
+
+def _ci(values, fmt: str = "{:+.3f}") -> str:
+    """``mean ± half-width`` of the seed values' 95% t-interval (the mean alone below two seeds)."""
+    mean, half = t_interval(values)
+    return fmt.format(mean) if math.isnan(half) else f"{fmt.format(mean)} ± {fmt.replace('+', '').format(half)}"
+
+
+def _seeds(g: pd.DataFrame, col: str, fmt: str = "{:+.3f}") -> str:
+    return " / ".join(fmt.format(x) for x in g.sort_values("seed")[col])
+
+
+def goal_report(results: str | Path) -> str:
+    """The goal table of ``results`` as markdown (per seed ``a / b / c``, then the seed mean ± 95% CI)."""
+    results = Path(results)
+    tables = results / "tables"
+    ev = _read(tables / "eval.csv")
+    if ev is None or ev.empty:
+        raise FileNotFoundError(f"{tables / 'eval.csv'} is missing or empty: run the workflow (aggregate_eval) first")
+    lines = [f"# Goals: {results}", ""]
+    learn = stage_learning(ev, results)
+    lines += ["## Learning: each stage's own domain against the stage's start (paired z; reward first -> last fifth)"]
+    lines += [
+        "",
+        "| method | stage | change per seed (z) | seed mean ± 95% CI | reward rise | z >= 2 |",
+        "|---|---|---|---|---|---|",
+    ]
+    for (label, stage, domain), g in learn.groupby(["label", "stage", "domain"], sort=True):
+        g = g.groupby("seed", as_index=False)[["change", "z", "reward_first", "reward_last"]].mean()
+        per = " / ".join(f"{c:+.3f} ({z:.1f})" for c, z in zip(g.change, g.z))
+        rise = _ci(g.reward_last - g.reward_first)
+        lines.append(
+            f"| {label} | {int(stage)} {domain} | {per} | {_ci(g.change)} | {rise} | {(g.z >= 2).sum()} of {len(g)} |"
+        )
+    fg = forgetting(ev)
+    if not fg.empty:
+        lines += [
+            "",
+            "## Forgetting after the chain (own-stage Acc@8 minus after the last stage; mean over earlier domains)",
+        ]
+        lines += ["", "| method | per seed | seed mean ± 95% CI |", "|---|---|---|"]
+        for label, g in fg.groupby("label"):
+            lines.append(f"| {label} | {_seeds(g, 'mean')} | {_ci(g['mean'])} |")
+    ts = _read(tables / "teacher_stability.csv")
+    if ts is not None and not ts.empty:
+        lines += ["", "## Table 1: Acc@8 on the first domain after the first stage", ""]
+        lines += ["| teacher | per seed | seed mean ± 95% CI |", "|---|---|---|"]
+        for teacher, g in ts.groupby("teacher", sort=False):
+            g = g.groupby("seed", as_index=False, dropna=False).acc.mean()
+            lines.append(f"| {teacher} | {_seeds(g, 'acc', '{:.3f}')} | {_ci(g.acc, '{:.3f}')} |")
+    drift = drift_after_chain(_read(tables / "drift_params.csv"), _read(tables / "drift_responses.csv"))
+    if not drift.empty:
+        lines += [
+            "",
+            "## Drift after the chain (NSS, PM update %, response similarity to the base after stage 1 / last)",
+        ]
+        lines += ["", "| method | metric | per seed | seed mean ± 95% CI |", "|---|---|---|---|"]
+        for label, g in drift.groupby("label"):
+            for col in ("nss", "pm_update", "similarity_first", "similarity_last"):
+                if col in g and g[col].notna().any():
+                    lines.append(f"| {label} | {col} | {_seeds(g, col, '{:.4g}')} | {_ci(g[col], '{:.4g}')} |")
+    base = ev[(ev.method == "base") & (ev.kind == "ood")].groupby("benchmark").acc.mean()
+    if not base.empty:
+        inside = [b for b, a in base.items() if OOD_RANGE[0] <= a <= OOD_RANGE[1]]
+        lines += [
+            "",
+            f"## OOD base Acc@8 (seed mean; in {OOD_RANGE[0]}-{OOD_RANGE[1]}: {len(inside)} of {len(base)})",
+            "",
+        ]
+        lines.append(", ".join(f"{b} {a:.3f}" for b, a in base.items()))
+    return "\n".join(lines) + "\n"
