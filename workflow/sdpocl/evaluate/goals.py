@@ -3,8 +3,10 @@ numbers in a report come from one command over the workflow's own tables, not fr
 
 Reads ``tables/eval.csv``, ``tables/teacher_stability.csv``, ``tables/drift_params.csv``,
 ``tables/drift_responses.csv`` (each optional) and every stage's ``train_log.jsonl``. Each check is
-given per seed, then as the seed mean with its 95% t-interval (the figures' CI); with one seed the
-interval is empty and a stage's paired z (change / paired stderr, ``eval.csv``) is the only error bar.
+given per seed, then as the seed mean with its 95% t-interval (the docs' goal tables use it; the
+figures draw a percentile bootstrap, ``plot.style.ci95``, which is narrower at three seeds); with one
+seed the interval is empty and a stage's paired z (change / paired stderr, ``eval.csv``) is the only
+error bar.
 """
 
 from __future__ import annotations
