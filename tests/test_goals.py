@@ -8,6 +8,7 @@ import pytest
 
 from sdpocl.chain import stage_dir
 from sdpocl.evaluate.goals import forgetting, goal_report, reward_rise, stage_learning, t_interval
+from sdpocl.train.stage import summarize
 
 DOMAINS = ["math", "science", "tooluse"]
 
@@ -37,7 +38,8 @@ def _row(run, label, seed, chain, bench, acc, change=math.nan, stderr=math.nan, 
 
 
 def _results(tmp_path, seeds=(0, 1)):
-    """Two GRPO chains (MATH -> SCIENCE -> TOOLUSE) whose numbers differ by seed, a base per seed, logs."""
+    """Two GRPO chains (MATH -> SCIENCE -> TOOLUSE) whose numbers differ by seed, a base per seed, and
+    each stage's summary.json as the stage writes it from its per-step log."""
     rows = []
     for s in seeds:
         rows += [_row("base", "Base", s, "", b, 0.3, method="base") for b in [*DOMAINS, "logic_grid"]]
@@ -57,7 +59,7 @@ def _results(tmp_path, seeds=(0, 1)):
             log = [{"step": i, "reward": 0.2 + 0.01 * i * (s + 1)} for i in range(10)]
             folder = tmp_path / stage_dir(".", run, chain)
             folder.mkdir(parents=True, exist_ok=True)
-            (folder / "train_log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in log))
+            (folder / "summary.json").write_text(json.dumps(summarize(log, 10, patience=5)))
     (tmp_path / "tables").mkdir()
     pd.DataFrame(rows).to_csv(tmp_path / "tables" / "eval.csv", index=False)
     return tmp_path
@@ -67,10 +69,10 @@ def test_t_interval_and_reward_rise(tmp_path):
     mean, half = t_interval([0.1, 0.3])
     assert mean == pytest.approx(0.2) and half == pytest.approx(12.7062 * 0.1, rel=1e-4)  # t(0.975, 1) sd / sqrt 2
     assert math.isnan(t_interval([0.4])[1]) and math.isnan(t_interval([])[0])
-    log = tmp_path / "log.jsonl"
-    log.write_text("".join(json.dumps({"step": i, "reward": float(i)}) + "\n" for i in range(10)))
-    assert reward_rise(log) == (0.5, 8.5)  # the first and the last fifth: steps 0-1 and 8-9
-    assert all(math.isnan(x) for x in reward_rise(tmp_path / "missing.jsonl"))
+    summary = tmp_path / "summary.json"
+    summary.write_text(json.dumps(summarize([{"step": i, "reward": float(i)} for i in range(10)], 10, patience=5)))
+    assert reward_rise(summary) == (0.5, 8.5)  # the first and the last fifth: steps 0-1 and 8-9
+    assert all(math.isnan(x) for x in reward_rise(tmp_path / "missing.json"))
 
 
 def test_stage_learning_and_forgetting_from_the_tables(tmp_path):

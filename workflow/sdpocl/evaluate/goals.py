@@ -2,7 +2,7 @@
 numbers in a report come from one command over the workflow's own tables, not from hand arithmetic.
 
 Reads ``tables/eval.csv``, ``tables/teacher_stability.csv``, ``tables/drift_params.csv``,
-``tables/drift_responses.csv`` (each optional) and every stage's ``train_log.jsonl``. Each check is
+``tables/drift_responses.csv`` (each optional) and every stage's ``summary.json``. Each check is
 given per seed, then as the seed mean with its 95% t-interval (the docs' goal tables use it; the
 figures draw a percentile bootstrap, ``plot.style.ci95``, which is narrower at three seeds); with one
 seed the interval is empty and a stage's paired z (change / paired stderr, ``eval.csv``) is the only
@@ -11,6 +11,7 @@ error bar.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Iterable
 from pathlib import Path
@@ -18,7 +19,6 @@ from pathlib import Path
 import pandas as pd
 
 from sdpocl.chain import stage_dir
-from sdpocl.io import read_jsonl
 
 #: OOD base Acc@8 range in which RelPerf can move both ways (issue 12, goal 3)
 OOD_RANGE = (0.15, 0.7)
@@ -26,27 +26,24 @@ OOD_RANGE = (0.15, 0.7)
 
 def t_interval(values: Iterable[float]) -> tuple[float, float]:
     """(mean, half-width of the 95% t-interval); the half-width is NaN below two values."""
-    v = [float(x) for x in values if pd.notna(x)]
-    if not v:
+    v = pd.Series([float(x) for x in values], dtype=float).dropna()
+    if v.empty:
         return math.nan, math.nan
-    mean = sum(v) / len(v)
     if len(v) < 2:
-        return mean, math.nan
+        return float(v.mean()), math.nan
     from scipy import stats
 
-    sd = math.sqrt(sum((x - mean) ** 2 for x in v) / (len(v) - 1))
-    return mean, float(stats.t.ppf(0.975, len(v) - 1)) * sd / math.sqrt(len(v))
+    lo, hi = stats.t.interval(0.95, len(v) - 1, loc=v.mean(), scale=stats.sem(v))
+    return float(v.mean()), float(hi - lo) / 2
 
 
-def reward_rise(log_path: Path) -> tuple[float, float]:
-    """Training reward, mean of the first and of the last fifth of a stage's rollout steps."""
-    if not Path(log_path).exists():
+def reward_rise(summary_path: Path) -> tuple[float, float]:
+    """Training reward in the first and the last fifth of a stage's rollout steps, as the stage's own
+    ``summary.json`` reports it (``sdpocl.train.stage.summarize``)."""
+    if not Path(summary_path).exists():
         return math.nan, math.nan
-    r = [row["reward"] for row in read_jsonl(log_path) if row.get("reward") is not None]
-    if not r:
-        return math.nan, math.nan
-    k = max(1, len(r) // 5)
-    return sum(r[:k]) / k, sum(r[-k:]) / k
+    summary = json.loads(Path(summary_path).read_text())
+    return summary.get("reward_first_fifth", math.nan), summary.get("reward_last_fifth", math.nan)
 
 
 def _finals(ev: pd.DataFrame) -> pd.DataFrame:
@@ -62,7 +59,7 @@ def stage_learning(ev: pd.DataFrame, results: Path) -> pd.DataFrame:
     ].copy()
     rows["z"] = rows.change / rows.change_stderr.where(rows.change_stderr > 0)
     rewards = {
-        (run, chain): reward_rise(Path(stage_dir(results, run, chain)) / "train_log.jsonl")
+        (run, chain): reward_rise(Path(stage_dir(results, run, chain)) / "summary.json")
         for run, chain in rows[["run", "chain"]].drop_duplicates().itertuples(index=False)
     }
     rows["reward_first"] = [rewards[(r, c)][0] for r, c in zip(rows.run, rows.chain)]
@@ -129,6 +126,11 @@ def _seeds(g: pd.DataFrame, col: str, fmt: str = "{:+.3f}") -> str:
     return " / ".join(fmt.format(x) for x in g.sort_values("seed")[col])
 
 
+def _section(title: str, columns: list[str]) -> list[str]:
+    """A markdown section: a blank line, the heading and the table's header."""
+    return ["", f"## {title}", "", "| " + " | ".join(columns) + " |", "|---" * len(columns) + "|"]
+
+
 def goal_report(results: str | Path) -> str:
     """The goal table of ``results`` as markdown (per seed ``a / b / c``, then the seed mean ± 95% CI)."""
     results = Path(results)
@@ -136,14 +138,12 @@ def goal_report(results: str | Path) -> str:
     ev = _read(tables / "eval.csv")
     if ev is None or ev.empty:
         raise FileNotFoundError(f"{tables / 'eval.csv'} is missing or empty: run the workflow (aggregate_eval) first")
-    lines = [f"# Goals: {results}", ""]
+    lines = [f"# Goals: {results}"]
     learn = stage_learning(ev, results)
-    lines += ["## Learning: each stage's own domain against the stage's start (paired z; reward first -> last fifth)"]
-    lines += [
-        "",
-        "| method | stage | change per seed (z) | seed mean ± 95% CI | reward rise | z >= 2 |",
-        "|---|---|---|---|---|---|",
-    ]
+    lines += _section(
+        "Learning: each stage's own domain against the stage's start (paired z; reward first -> last fifth)",
+        ["method", "stage", "change per seed (z)", "seed mean ± 95% CI", "reward rise", "z >= 2"],
+    )
     for (label, stage, domain), g in learn.groupby(["label", "stage", "domain"], sort=True):
         g = g.groupby("seed", as_index=False)[["change", "z", "reward_first", "reward_last"]].mean()
         per = " / ".join(f"{c:+.3f} ({z:.1f})" for c, z in zip(g.change, g.z))
@@ -153,27 +153,26 @@ def goal_report(results: str | Path) -> str:
         )
     fg = forgetting(ev)
     if not fg.empty:
-        lines += [
-            "",
-            "## Forgetting after the chain (own-stage Acc@8 minus after the last stage; mean over earlier domains)",
-        ]
-        lines += ["", "| method | per seed | seed mean ± 95% CI |", "|---|---|---|"]
+        lines += _section(
+            "Forgetting after the chain (own-stage Acc@8 minus after the last stage; mean over earlier domains)",
+            ["method", "per seed", "seed mean ± 95% CI"],
+        )
         for label, g in fg.groupby("label"):
             lines.append(f"| {label} | {_seeds(g, 'mean')} | {_ci(g['mean'])} |")
     ts = _read(tables / "teacher_stability.csv")
     if ts is not None and not ts.empty:
-        lines += ["", "## Table 1: Acc@8 on the first domain after the first stage", ""]
-        lines += ["| teacher | per seed | seed mean ± 95% CI |", "|---|---|---|"]
+        lines += _section(
+            "Table 1: Acc@8 on the first domain after the first stage", ["teacher", "per seed", "seed mean ± 95% CI"]
+        )
         for teacher, g in ts.groupby("teacher", sort=False):
             g = g.groupby("seed", as_index=False, dropna=False).acc.mean()
             lines.append(f"| {teacher} | {_seeds(g, 'acc', '{:.3f}')} | {_ci(g.acc, '{:.3f}')} |")
     drift = drift_after_chain(_read(tables / "drift_params.csv"), _read(tables / "drift_responses.csv"))
     if not drift.empty:
-        lines += [
-            "",
-            "## Drift after the chain (NSS, PM update %, response similarity to the base after stage 1 / last)",
-        ]
-        lines += ["", "| method | metric | per seed | seed mean ± 95% CI |", "|---|---|---|---|"]
+        lines += _section(
+            "Drift after the chain (NSS, PM update %, response similarity to the base after stage 1 / last)",
+            ["method", "metric", "per seed", "seed mean ± 95% CI"],
+        )
         for label, g in drift.groupby("label"):
             for col in ("nss", "pm_update", "similarity_first", "similarity_last"):
                 if col in g and g[col].notna().any():
