@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from sdpocl.chain import stage_dir
-from sdpocl.evaluate.goals import forgetting, goal_report, reward_rise, stage_learning, t_interval
+from sdpocl.evaluate.goals import forgetting, goal_report, pooled_z, reward_rise, stage_learning, t_interval
 from sdpocl.train.stage import summarize
 
 DOMAINS = ["math", "science", "tooluse"]
@@ -73,6 +73,10 @@ def test_t_interval_and_reward_rise(tmp_path):
     summary.write_text(json.dumps(summarize([{"step": i, "reward": float(i)} for i in range(10)], 10, patience=5)))
     assert reward_rise(summary) == (0.5, 8.5)  # the first and the last fifth: steps 0-1 and 8-9
     assert all(math.isnan(x) for x in reward_rise(tmp_path / "missing.json"))
+    # the seed mean over its stderr from the seeds' paired stderrs; a seed without a stderr is left out
+    assert pooled_z([0.1, 0.3], [0.05, 0.05]) == pytest.approx(0.2 / (0.05 * 2**0.5 / 2))
+    assert pooled_z([0.1, 0.3, 0.9], [0.1, 0.1, float("nan")]) == pytest.approx(0.2 / (0.1 * 2**0.5 / 2))
+    assert math.isnan(pooled_z([0.1], [0.0]))
 
 
 def test_stage_learning_and_forgetting_from_the_tables(tmp_path):
@@ -94,6 +98,7 @@ def test_goal_report_prints_seeds_and_their_interval(tmp_path):
     report = goal_report(_results(tmp_path))
     line = next(x for x in report.splitlines() if x.startswith("| GRPO | 1 math |"))
     assert "+0.100 (2.0) / +0.300 (6.0)" in line and "+0.200 ± 1.271" in line and "| 2 of 2 |" in line
+    assert "| 5.7 |" in line  # pooled: 0.2 / (sqrt(2 x 0.05^2) / 2)
     forgot = next(x for x in report.splitlines() if x.startswith("| GRPO | +0.075 / +0.175 |"))
     assert "+0.125 ± 0.635" in forgot
     assert "OOD base Acc@8" in report and "logic_grid 0.300" in report and "1 of 1" in report

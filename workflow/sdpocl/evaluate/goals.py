@@ -6,7 +6,9 @@ Reads ``tables/eval.csv``, ``tables/teacher_stability.csv``, ``tables/drift_para
 given per seed, then as the seed mean with its 95% t-interval (the docs' goal tables use it; the
 figures draw a percentile bootstrap, ``plot.style.ci95``, which is narrower at three seeds); with one
 seed the interval is empty and a stage's paired z (change / paired stderr, ``eval.csv``) is the only
-error bar.
+error bar. The pooled z is the seed mean over the stderr its seeds' paired stderrs give
+(``sqrt(sum se^2) / n``): the evaluation's sampling error alone, where the t-interval also holds the
+training's seed-to-seed spread.
 """
 
 from __future__ import annotations
@@ -35,6 +37,15 @@ def t_interval(values: Iterable[float]) -> tuple[float, float]:
 
     lo, hi = stats.t.interval(0.95, len(v) - 1, loc=v.mean(), scale=stats.sem(v))
     return float(v.mean()), float(hi - lo) / 2
+
+
+def pooled_z(changes: Iterable[float], stderrs: Iterable[float]) -> float:
+    """Mean of independent changes over the stderr of that mean, ``sqrt(sum se_i^2) / n``."""
+    c, se = pd.Series(list(changes), dtype=float), pd.Series(list(stderrs), dtype=float)
+    keep = c.notna() & se.notna()
+    if not keep.any() or (se[keep] <= 0).all():
+        return math.nan
+    return float(c[keep].mean() / (math.sqrt((se[keep] ** 2).sum()) / keep.sum()))
 
 
 def reward_rise(summary_path: Path) -> tuple[float, float]:
@@ -142,14 +153,19 @@ def goal_report(results: str | Path) -> str:
     learn = stage_learning(ev, results)
     lines += _section(
         "Learning: each stage's own domain against the stage's start (paired z; reward first -> last fifth)",
-        ["method", "stage", "change per seed (z)", "seed mean ± 95% CI", "reward rise", "z >= 2"],
+        ["method", "stage", "change per seed (z)", "seed mean ± 95% CI", "pooled z", "reward rise", "z >= 2"],
     )
     for (label, stage, domain), g in learn.groupby(["label", "stage", "domain"], sort=True):
-        g = g.groupby("seed", as_index=False)[["change", "z", "reward_first", "reward_last"]].mean()
+        g = g.assign(var=g.change_stderr**2).groupby("seed", as_index=False)
+        # a domain with several benchmarks: their mean change, its stderr from theirs
+        g = g.agg(change=("change", "mean"), var=("var", "sum"), k=("var", "size"), z=("z", "mean"),
+                  reward_first=("reward_first", "mean"), reward_last=("reward_last", "mean"))  # fmt: skip
+        se = g["var"] ** 0.5 / g.k
         per = " / ".join(f"{c:+.3f} ({z:.1f})" for c, z in zip(g.change, g.z))
         rise = _ci(g.reward_last - g.reward_first)
         lines.append(
-            f"| {label} | {int(stage)} {domain} | {per} | {_ci(g.change)} | {rise} | {(g.z >= 2).sum()} of {len(g)} |"
+            f"| {label} | {int(stage)} {domain} | {per} | {_ci(g.change)} | {pooled_z(g.change, se):.1f} | {rise}"
+            f" | {(g.z >= 2).sum()} of {len(g)} |"
         )
     fg = forgetting(ev)
     if not fg.empty:
