@@ -107,3 +107,31 @@ def test_goal_report_prints_seeds_and_their_interval(tmp_path):
 def test_goal_report_names_a_missing_table(tmp_path):
     with pytest.raises(FileNotFoundError, match="eval.csv is missing"):
         goal_report(tmp_path)
+
+
+def test_goal_report_reads_methods_against_grpo_and_the_ema_teacher_seed_by_seed(tmp_path):
+    results = _results(tmp_path)
+    ev = pd.read_csv(results / "tables" / "eval.csv")
+    # an SDPO chain equal to GRPO's except that the last stage costs every earlier domain 0.1 more
+    sdpo = ev[ev.method == "grpo"].assign(
+        run=lambda d: d.run.str.replace("grpo", "sdpo_a0"), label="SDPO_0", method="sdpo"
+    )
+    sdpo.loc[sdpo.stage == 3, "acc"] -= 0.1
+    pd.concat([ev, sdpo]).to_csv(results / "tables" / "eval.csv", index=False)
+    teachers = [("Base", 0.3, 0.3), ("Frozen", 0.5, 0.6), ("EMA 5%", 0.4, 0.3), ("StableSDPO", 0.45, 0.45)]
+    pd.DataFrame(
+        [
+            {"teacher": t, "seed": s, "benchmark": "math", "acc": acc}
+            for t, *accs in teachers
+            for s, acc in enumerate(accs)
+        ]
+    ).to_csv(results / "tables" / "teacher_stability.csv", index=False)
+    lines = goal_report(results).splitlines()
+    sdpo_line = next(x for x in lines if x.startswith("| SDPO_0 | +0.175 / +0.275 |"))
+    assert sdpo_line.endswith("| +0.100 ± 0.000 |")  # paired by seed: the same +0.1 in both
+    assert next(x for x in lines if x.startswith("| GRPO | +0.075")).endswith("|  |")
+    assert "minus EMA 5%, seed by seed" in goal_report(results)
+    assert next(x for x in lines if x.startswith("| Frozen |")).endswith("| +0.200 ± 1.271 |")  # +0.1, +0.3
+    stable = next(x for x in lines if x.startswith("| StableSDPO | 0.450 / 0.450 |"))
+    assert stable.endswith("| +0.100 ± 0.635 |")  # +0.05 and +0.15: t(0.975, 1) x 0.05
+    assert next(x for x in lines if x.startswith("| EMA 5% |")).endswith("|  |")

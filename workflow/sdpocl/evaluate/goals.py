@@ -35,6 +35,8 @@ def t_interval(values: Iterable[float]) -> tuple[float, float]:
         return float(v.mean()), math.nan
     from scipy import stats
 
+    if stats.sem(v) == 0:  # identical values: scipy's interval is NaN at zero scale
+        return float(v.mean()), 0.0
     lo, hi = stats.t.interval(0.95, len(v) - 1, loc=v.mean(), scale=stats.sem(v))
     return float(v.mean()), float(hi - lo) / 2
 
@@ -137,6 +139,14 @@ def _seeds(g: pd.DataFrame, col: str, fmt: str = "{:+.3f}") -> str:
     return " / ".join(fmt.format(x) for x in g.sort_values("seed")[col])
 
 
+def _minus(g: pd.DataFrame, ref: pd.DataFrame | None, col: str) -> str:
+    """``g`` minus ``ref`` seed by seed (the seeds both have): seed mean ± 95% CI; empty without ``ref``."""
+    if ref is None:
+        return ""
+    both = g.set_index("seed")[col].sub(ref.set_index("seed")[col]).dropna()
+    return _ci(both) if len(both) else ""
+
+
 def _section(title: str, columns: list[str]) -> list[str]:
     """A markdown section: a blank line, the heading and the table's header."""
     return ["", f"## {title}", "", "| " + " | ".join(columns) + " |", "|---" * len(columns) + "|"]
@@ -171,18 +181,25 @@ def goal_report(results: str | Path) -> str:
     if not fg.empty:
         lines += _section(
             "Forgetting after the chain (own-stage Acc@8 minus after the last stage; mean over earlier domains)",
-            ["method", "per seed", "seed mean ± 95% CI"],
+            ["method", "per seed", "seed mean ± 95% CI", "minus GRPO, seed by seed"],
         )
+        grpo = fg[fg.label == "GRPO"] if (fg.label == "GRPO").any() else None
         for label, g in fg.groupby("label"):
-            lines.append(f"| {label} | {_seeds(g, 'mean')} | {_ci(g['mean'])} |")
+            minus = "" if label == "GRPO" else _minus(g, grpo, "mean")
+            lines.append(f"| {label} | {_seeds(g, 'mean')} | {_ci(g['mean'])} | {minus} |")
     ts = _read(tables / "teacher_stability.csv")
     if ts is not None and not ts.empty:
+        by = {
+            t: g.groupby("seed", as_index=False, dropna=False).acc.mean() for t, g in ts.groupby("teacher", sort=False)
+        }
+        ema = next((t for t in by if t.startswith("EMA")), None)  # the first EMA row: the others' reference
         lines += _section(
-            "Table 1: Acc@8 on the first domain after the first stage", ["teacher", "per seed", "seed mean ± 95% CI"]
+            "Table 1: Acc@8 on the first domain after the first stage",
+            ["teacher", "per seed", "seed mean ± 95% CI", f"minus {ema or 'EMA'}, seed by seed"],
         )
-        for teacher, g in ts.groupby("teacher", sort=False):
-            g = g.groupby("seed", as_index=False, dropna=False).acc.mean()
-            lines.append(f"| {teacher} | {_seeds(g, 'acc', '{:.3f}')} | {_ci(g.acc, '{:.3f}')} |")
+        for teacher, g in by.items():
+            minus = "" if teacher in ("Base", ema) else _minus(g, by.get(ema), "acc")
+            lines.append(f"| {teacher} | {_seeds(g, 'acc', '{:.3f}')} | {_ci(g.acc, '{:.3f}')} | {minus} |")
     drift = drift_after_chain(_read(tables / "drift_params.csv"), _read(tables / "drift_responses.csv"))
     if not drift.empty:
         lines += _section(
