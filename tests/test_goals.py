@@ -135,3 +135,27 @@ def test_goal_report_reads_methods_against_grpo_and_the_ema_teacher_seed_by_seed
     stable = next(x for x in lines if x.startswith("| StableSDPO | 0.450 / 0.450 |"))
     assert stable.endswith("| +0.100 ± 0.635 |")  # +0.05 and +0.15: t(0.975, 1) x 0.05
     assert next(x for x in lines if x.startswith("| EMA 5% |")).endswith("|  |")
+
+
+def test_goal_report_reads_drift_against_grpo_seed_by_seed(tmp_path):
+    results = _results(tmp_path)
+    params, responses = [], []
+    for s in (0, 1):
+        for label, run, nss in (("GRPO", f"grpo_s{s}", 3.0 + s), ("SDPO_0", f"sdpo_a0_s{s}", 2.0 + 2 * s)):
+            for point, scale in ((0, 0.5), (1, 1.0)):  # the chain's last checkpoint is the one read
+                params.append(
+                    {"label": label, "run": run, "seed": s, "matrix_type": "all", "continual": True}
+                    | {"point_index": point, "nss_mean": nss * scale, "pm_update_mean": 4.0}
+                )
+            for stage, sim in ((1, 95.0), (2, 90.0 - 2 * (label != "GRPO"))):
+                responses.append(
+                    {"label": label, "run": run, "seed": s, "continual": True, "stage": stage, "similarity": sim}
+                )
+    pd.DataFrame(params).to_csv(results / "tables" / "drift_params.csv", index=False)
+    pd.DataFrame(responses).to_csv(results / "tables" / "drift_responses.csv", index=False)
+    lines = goal_report(results).splitlines()
+    nss = next(x for x in lines if x.startswith("| SDPO_0 | nss |"))
+    assert "| 2 / 4 | 3 ± 12.71 |" in nss and nss.endswith("| -0.5 ± 6.353 |")  # -1 and 0 against GRPO's 3, 4
+    sim = next(x for x in lines if x.startswith("| SDPO_0 | similarity_last |"))
+    assert sim.endswith("| -2 ± 0 |")
+    assert next(x for x in lines if x.startswith("| GRPO | nss |")).endswith("|  |")

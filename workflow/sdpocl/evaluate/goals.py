@@ -139,12 +139,12 @@ def _seeds(g: pd.DataFrame, col: str, fmt: str = "{:+.3f}") -> str:
     return " / ".join(fmt.format(x) for x in g.sort_values("seed")[col])
 
 
-def _minus(g: pd.DataFrame, ref: pd.DataFrame | None, col: str) -> str:
+def _minus(g: pd.DataFrame, ref: pd.DataFrame | None, col: str, fmt: str = "{:+.3f}") -> str:
     """``g`` minus ``ref`` seed by seed (the seeds both have): seed mean ± 95% CI; empty without ``ref``."""
-    if ref is None:
+    if ref is None or col not in ref:
         return ""
     both = g.set_index("seed")[col].sub(ref.set_index("seed")[col]).dropna()
-    return _ci(both) if len(both) else ""
+    return _ci(both, fmt) if len(both) else ""
 
 
 def _section(title: str, columns: list[str]) -> list[str]:
@@ -204,12 +204,16 @@ def goal_report(results: str | Path) -> str:
     if not drift.empty:
         lines += _section(
             "Drift after the chain (NSS, PM update %, response similarity to the base after stage 1 / last)",
-            ["method", "metric", "per seed", "seed mean ± 95% CI"],
+            ["method", "metric", "per seed", "seed mean ± 95% CI", "minus GRPO, seed by seed"],
         )
+        grpo = drift[drift.label == "GRPO"] if (drift.label == "GRPO").any() else None
         for label, g in drift.groupby("label"):
             for col in ("nss", "pm_update", "similarity_first", "similarity_last"):
                 if col in g and g[col].notna().any():
-                    lines.append(f"| {label} | {col} | {_seeds(g, col, '{:.4g}')} | {_ci(g[col], '{:.4g}')} |")
+                    minus = "" if label == "GRPO" else _minus(g, grpo, col, "{:+.4g}")
+                    lines.append(
+                        f"| {label} | {col} | {_seeds(g, col, '{:.4g}')} | {_ci(g[col], '{:.4g}')} | {minus} |"
+                    )
     base = ev[(ev.method == "base") & (ev.kind == "ood")].groupby("benchmark").acc.mean()
     if not base.empty:
         inside = [b for b, a in base.items() if OOD_RANGE[0] <= a <= OOD_RANGE[1]]
