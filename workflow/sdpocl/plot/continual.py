@@ -266,5 +266,5 @@ def plot_teacher_stability(tables, style: dict, out_stem: Path) -> list[Path]:
         ax.set_xlabel("Teacher")
         ax.set_ylabel("Acc@8 (%)")
         ax.tick_params(axis="x", labelrotation=20)
-    fig.suptitle(title + (" (mean, 95% CI over seeds)" if several_seeds else " (± stderr)"))
+    fig.suptitle(title + ("\n(mean, 95% CI over seeds)" if several_seeds else " (± stderr)"))  # 2 lines fit one panel
     return save(fig, out_stem, st)
