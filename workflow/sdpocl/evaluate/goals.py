@@ -8,7 +8,8 @@ figures draw a percentile bootstrap, ``plot.style.ci95``, which is narrower at t
 seed the interval is empty and a stage's paired z (change / paired stderr, ``eval.csv``) is the only
 error bar. The pooled z is the seed mean over the stderr its seeds' paired stderrs give
 (``sqrt(sum se^2) / n``): the evaluation's sampling error alone, where the t-interval also holds the
-training's seed-to-seed spread.
+training's seed-to-seed spread. The paper's comparisons (forgetting and drift against GRPO, Table 1
+against the EMA teacher) are differences taken seed by seed, so what the seeds share cancels.
 """
 
 from __future__ import annotations
