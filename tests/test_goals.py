@@ -159,3 +159,14 @@ def test_goal_report_reads_drift_against_grpo_seed_by_seed(tmp_path):
     sim = next(x for x in lines if x.startswith("| SDPO_0 | similarity_last |"))
     assert sim.endswith("| -2 ± 0 |")
     assert next(x for x in lines if x.startswith("| GRPO | nss |")).endswith("|  |")
+
+
+def test_pooled_z_of_a_domain_with_two_benchmarks(tmp_path):
+    results = _results(tmp_path)
+    ev = pd.read_csv(results / "tables" / "eval.csv")
+    # a second in-domain MATH benchmark (as the paper preset's MATH-500 and AIME): change +0.3 ± 0.05
+    aime = ev[(ev.benchmark == "math") & (ev.stage == 1)].assign(benchmark="aime", change=0.3, change_stderr=0.05)
+    pd.concat([ev, aime]).to_csv(results / "tables" / "eval.csv", index=False)
+    line = next(x for x in goal_report(results).splitlines() if x.startswith("| GRPO | 1 math |"))
+    # per seed the two benchmarks' mean (0.2, 0.3), stderr sqrt(2 x 0.05^2) / 2; pooled: 0.25 / 0.025
+    assert "+0.200 (" in line and "+0.300 (" in line and "| 10.0 |" in line

@@ -167,10 +167,10 @@ def goal_report(results: str | Path) -> str:
         ["method", "stage", "change per seed (z)", "seed mean ± 95% CI", "pooled z", "reward rise", "z >= 2"],
     )
     for (label, stage, domain), g in learn.groupby(["label", "stage", "domain"], sort=True):
-        g = g.assign(var=g.change_stderr**2).groupby("seed", as_index=False)
-        # a domain with several benchmarks: their mean change, its stderr from theirs
-        g = g.agg(change=("change", "mean"), var=("var", "sum"), k=("var", "size"), z=("z", "mean"),
-                  reward_first=("reward_first", "mean"), reward_last=("reward_last", "mean"))  # fmt: skip
+        # a domain with several benchmarks: their mean change, its stderr from theirs (NaN if one lacks it)
+        aggs = {c: (c, "mean") for c in ("change", "z", "reward_first", "reward_last")}
+        aggs |= {"var": ("var", lambda v: v.sum(min_count=len(v))), "k": ("var", "size")}
+        g = g.assign(var=g.change_stderr**2).groupby("seed", as_index=False).agg(**aggs)
         se = g["var"] ** 0.5 / g.k
         per = " / ".join(f"{c:+.3f} ({z:.1f})" for c, z in zip(g.change, g.z))
         rise = _ci(g.reward_last - g.reward_first)
