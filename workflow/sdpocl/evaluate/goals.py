@@ -22,6 +22,7 @@ from pathlib import Path
 import pandas as pd
 
 from sdpocl.chain import stage_dir
+from sdpocl.plot.style import _finals  # the figures' choice of rows: each stage's final checkpoint
 
 #: OOD base Acc@8 range in which RelPerf can move both ways (issue 12, goal 3)
 OOD_RANGE = (0.15, 0.7)
@@ -58,10 +59,6 @@ def reward_rise(summary_path: Path) -> tuple[float, float]:
         return math.nan, math.nan
     summary = json.loads(Path(summary_path).read_text())
     return summary.get("reward_first_fifth", math.nan), summary.get("reward_last_fifth", math.nan)
-
-
-def _finals(ev: pd.DataFrame) -> pd.DataFrame:
-    return ev[ev.checkpoint.astype(str) == "final"] if "checkpoint" in ev else ev
 
 
 def stage_learning(ev: pd.DataFrame, results: Path) -> pd.DataFrame:
