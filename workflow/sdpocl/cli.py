@@ -127,6 +127,7 @@ def cmd_evaluate(a) -> None:
         meta=json.loads(a.meta) if a.meta else None,
         threads=a.threads,
         hub_model=a.hub_model,
+        state_dir=a.state,
     )
 
 
@@ -429,6 +430,11 @@ COMMANDS = [
             _SETTINGS_EVAL,
             _arg("--meta", help="JSON identifying the checkpoint (run, method, alpha, seed, chain)"),
             _arg("--out", required=True, help="output directory (scores.json, samples/)"),
+            _arg(
+                "--state",
+                help="resume directory: finished benchmarks kept there (outside --out, which Snakemake "
+                "deletes before a retry) are skipped by a rerun; removed when done",
+            ),
             _threads(),
         ],
     ),

@@ -2,7 +2,9 @@
 
 lm-eval samples ``k`` responses per prompt and scores them with the tasks of
 :mod:`sdpocl.evaluate.tasks` (training rewards); this module picks the backend, runs
-``simple_evaluate`` once for all benchmarks, and writes
+``simple_evaluate`` once per benchmark (each seeded alike, so a benchmark's draw does not depend on
+the others and a retried job resumes after the benchmarks it finished: :mod:`sdpocl.evaluate.resume`),
+and writes
 
 * ``scores.json`` — per benchmark: Acc@k, its stderr over prompts, and the artifact metrics
   (benchmarks whose records carry a ``category``, i.e. BFCL: Acc@k is the unweighted mean of the
@@ -18,6 +20,7 @@ import os
 import time
 from pathlib import Path
 
+from sdpocl.evaluate import resume
 from sdpocl.evaluate.artifacts import artifact_metrics
 from sdpocl.evaluate.tasks import FILTER, score_samples, task_name
 from sdpocl.io import write_json, write_jsonl
@@ -34,19 +37,24 @@ def check_model_dir(path: str | Path) -> Path:
 
 
 def choose_backend(requested: str) -> str:
-    """``auto`` = vLLM when it is installed and a GPU is visible, else transformers (HF)."""
+    """``auto`` = vLLM on a GPU, transformers (HF) without one.
+
+    On a GPU without vLLM ``auto`` stops rather than fall back to transformers' generate, which
+    is far too slow for the paper's 8,192-token samples (jobs time out); ``hf`` asks for it."""
     if requested != "auto":
         return requested
+    import torch
+
+    if not torch.cuda.is_available():
+        return "hf"
     try:
-        import torch
-
-        if torch.cuda.is_available():
-            import vllm  # noqa: F401  (the optional ``gpu`` extra)
-
-            return "vllm"
-    except ImportError:
-        pass
-    return "hf"
+        import vllm  # noqa: F401  (the optional ``gpu`` extra)
+    except ImportError as exc:
+        raise RuntimeError(
+            "a GPU is visible but vLLM is not installed: pip install -e '.[gpu]' for vLLM generation, "
+            "or set evaluate.backend: hf to evaluate with transformers' (much slower) generate"
+        ) from exc
+    return "vllm"
 
 
 def make_lm(
@@ -61,8 +69,13 @@ def make_lm(
                 "evaluate.backend is 'vllm' but vLLM is not installed: "
                 "pip install -e '.[gpu]' on a GPU machine, or set evaluate.backend: hf"
             ) from exc
+        # lm-eval's VLLM pops enable_thinking from chat_template_args and then overwrites it with
+        # its own enable_thinking argument (default None: Qwen3 thinks); pass it there instead
+        chat_args = dict(template_kwargs or {})
+        thinking = chat_args.pop("enable_thinking", None)
         return VLLM(
-            chat_template_args=dict(template_kwargs or {}),
+            chat_template_args=chat_args,
+            enable_thinking=thinking,
             pretrained=model,
             dtype="bfloat16",
             seed=seed,
@@ -169,6 +182,32 @@ def summarize(records: list[dict]) -> dict:
     }
 
 
+def _evaluate_benchmark(lm, tm, benchmark: str, settings: dict, count_tokens) -> dict:
+    """One benchmark through ``simple_evaluate``: its sample records and scores."""
+    from lm_eval import simple_evaluate
+
+    seed, name = settings["seed"], task_name(benchmark)
+    res = simple_evaluate(
+        model=lm,
+        tasks=[name],
+        task_manager=tm,
+        limit=settings["n_prompts"],
+        log_samples=True,
+        random_seed=seed,
+        numpy_random_seed=seed,
+        torch_random_seed=seed,
+        fewshot_random_seed=seed,
+        apply_chat_template=bool(settings.get("chat_template", False)),
+    )
+    records = sample_records(benchmark, res["samples"][name], count_tokens, settings["max_gen_toks"])
+    scores = summarize(records)
+    lm_acc = res["results"][name][f"acc,{FILTER}"]
+    log_acc = scores.get("acc_micro", scores["acc"])  # lm-eval averages prompts, not categories
+    if not math.isclose(lm_acc, log_acc, abs_tol=1e-9):
+        raise RuntimeError(f"{benchmark}: lm-eval Acc {lm_acc} differs from the sample log's {log_acc}")
+    return {"scores": scores, "records": records}
+
+
 def evaluate_model(
     model: str | Path,
     task_dir: str | Path,
@@ -179,16 +218,19 @@ def evaluate_model(
     meta: dict | None = None,
     threads: int | None = None,
     hub_model: bool = False,
+    state_dir: str | Path | None = None,
 ) -> dict:
     """Score ``model`` on ``benchmarks`` (task YAMLs in ``task_dir``); write scores + sample logs.
 
     ``model`` is a local checkpoint directory, or a hub id when ``hub_model`` (paper base model).
+    With ``state_dir`` each finished benchmark is saved there at once and a rerun with the same
+    model and settings reuses it (:mod:`sdpocl.evaluate.resume`); the state goes once scores.json
+    is written.
     """
     model = str(model) if hub_model else str(check_model_dir(model))
     out_dir = Path(out_dir)
     os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
     import torch
-    from lm_eval import simple_evaluate
     from lm_eval.tasks import TaskManager
 
     from sdpocl import rewards
@@ -201,47 +243,46 @@ def evaluate_model(
     backend = choose_backend(settings["backend"])
     k, max_gen = settings["samples"], settings["max_gen_toks"]
     t0 = time.time()
-    lm = make_lm(
-        model,
-        backend,
-        batch_size=settings["batch_size"],
-        max_gen_toks=max_gen,
-        seed=settings["seed"],
-        template_kwargs=settings.get("template_kwargs"),
-    )
+    model_id = resume.model_identity(model, hub_model)
+    fps = {b: resume.fingerprint(model_id, backend, settings, b, resume.task_identity(task_dir, b)) for b in benchmarks}
+    done = {b: r for b in benchmarks if (r := resume.load(state_dir, b, fps[b])) is not None}
+    lm = None
+    if len(done) < len(benchmarks):  # no model load when every benchmark is already done
+        lm = make_lm(
+            model,
+            backend,
+            batch_size=settings["batch_size"],
+            max_gen_toks=max_gen,
+            seed=settings["seed"],
+            template_kwargs=settings.get("template_kwargs"),
+        )
     tm = TaskManager(include_path=str(task_dir), include_defaults=False)
     missing = [b for b in benchmarks if task_name(b) not in tm.all_tasks]
     if missing:
         raise FileNotFoundError(f"no lm-eval task for benchmark(s) {', '.join(missing)} in {task_dir}")
-    seed = settings["seed"]
     print(
         f"[evaluate] {model} ({backend}): {len(benchmarks)} benchmarks x {settings['n_prompts'] or 'all'} "
-        f"prompts x {k} samples",
+        f"prompts x {k} samples ({len(done)} done in an earlier attempt)",
         flush=True,
     )
-    res = simple_evaluate(
-        model=lm,
-        tasks=[task_name(b) for b in benchmarks],
-        task_manager=tm,
-        limit=settings["n_prompts"],
-        log_samples=True,
-        random_seed=seed,
-        numpy_random_seed=seed,
-        torch_random_seed=seed,
-        fewshot_random_seed=seed,
-        apply_chat_template=bool(settings.get("chat_template", False)),
-    )
-    count_tokens = _token_counter(model)
+    count_tokens = _token_counter(model) if lm is not None else None
     scores: dict = {}
-    for b in benchmarks:
-        records = sample_records(b, res["samples"][task_name(b)], count_tokens, max_gen)
-        write_jsonl(out_dir / "samples" / f"{b}.jsonl", records)
-        scores[b] = summarize(records)
-        lm_acc = res["results"][task_name(b)][f"acc,{FILTER}"]
-        log_acc = scores[b].get("acc_micro", scores[b]["acc"])  # lm-eval averages prompts, not categories
-        if not math.isclose(lm_acc, log_acc, abs_tol=1e-9):
-            raise RuntimeError(f"{b}: lm-eval Acc {lm_acc} differs from the sample log's {log_acc}")
-        print(f"[evaluate] {b}: Acc@{k} {scores[b]['acc']:.3f} ± {scores[b]['stderr']:.3f}", flush=True)
+    for i, b in enumerate(benchmarks, 1):
+        tb = time.time()
+        result = done.get(b)
+        if result is None:
+            result = _evaluate_benchmark(lm, tm, b, settings, count_tokens)
+            resume.save(state_dir, b, fps[b], result)
+        write_jsonl(out_dir / "samples" / f"{b}.jsonl", result["records"])
+        scores[b] = result["scores"]
+        how = "resumed" if b in done else f"{time.time() - tb:.1f} s"
+        print(
+            f"[evaluate] benchmark {i}/{len(benchmarks)} {b}: Acc@{k} {scores[b]['acc']:.3f} "
+            f"± {scores[b]['stderr']:.3f}, {how}",
+            flush=True,
+        )
+        if os.environ.get("SDPOCL_KILL_AFTER_BENCHMARK") == b:
+            os._exit(137)  # simulate a job killed right after a benchmark (resume tests)
     doc = {
         "meta": {
             **(meta or {}),
@@ -253,4 +294,5 @@ def evaluate_model(
         "benchmarks": scores,
     }
     write_json(out_dir / "scores.json", doc, indent=1)
+    resume.clear(state_dir)
     return doc

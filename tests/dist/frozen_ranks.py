@@ -1,0 +1,95 @@
+"""Run under ``torchrun --nproc_per_node 2`` (gloo, CPU) by tests/test_two_ranks.py: the FSDP2 pieces of
+:mod:`sdpocl.train.frozen` on two ranks, with the environment accelerate's FSDP launch sets
+(``ACCELERATE_USE_FSDP``, ``FSDP_CPU_RAM_EFFICIENT_LOADING``), so transformers loads zeros on rank 1.
+
+Usage: frozen_ranks.py MODEL_DIR WORK_DIR CASE   (CASE: trl | frozen | ema | resume)
+Each case prints ``RESULT <case> rank <r> <json>`` lines and exits non-zero on a failed check.
+"""
+
+import json
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+from torch.distributed.device_mesh import init_device_mesh
+
+
+def report(case, **values):
+    print(f"RESULT {case} rank {dist.get_rank()} {json.dumps(values, sort_keys=True)}", flush=True)
+
+
+def full_state(model) -> dict:
+    return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+
+
+def main(model_dir: str, work: str, case: str) -> None:
+    from torch.distributed.fsdp import fully_shard
+    from trl.trainer.utils import create_model_from_path
+
+    from sdpocl.train.frozen import WrongWeightsError, build_frozen_copy, check_shards, load_from_rank0
+
+    dist.init_process_group("gloo")
+    mesh = init_device_mesh("cpu", (dist.get_world_size(),))
+    rank = dist.get_rank()
+    kwargs = {"dtype": torch.float32}
+
+    if case == "trl":
+        # what TRL does for SDPO's teacher and GRPO's reference: create_model_from_path + a bare fully_shard
+        model = create_model_from_path(model_dir, **kwargs)
+        fully_shard(model, mesh=mesh)
+        emb = model.get_input_embeddings().weight.to_local()
+        try:
+            check_shards(model, model_dir, "teacher")
+            caught = None
+        except WrongWeightsError as exc:
+            caught = str(exc)
+        report(case, local_embedding_abs_sum=float(emb.abs().sum()), error=caught)
+    elif case == "frozen":
+        model = build_frozen_copy(model_dir, "teacher", mesh=mesh, **kwargs)
+        emb = model.get_input_embeddings().weight.to_local()
+        n = check_shards(model, model_dir, "teacher")
+        inv = [float(b.abs().sum()) for name, b in model.named_buffers() if name.endswith("inv_freq")]
+        report(case, local_embedding_abs_sum=float(emb.abs().sum()), checked=n, inv_freq_abs_sums=inv)
+    elif case in ("ema", "resume"):
+        from trl.trainer.callbacks import SyncRefModelCallback
+
+        teacher = build_frozen_copy(model_dir, "teacher", mesh=mesh, **kwargs)
+        student = build_frozen_copy(model_dir, "student", mesh=mesh, **kwargs)
+        with torch.no_grad():
+            for p in student.parameters():
+                p.add_(0.25)  # a DTensor add: every element of the full tensor moves by 0.25
+        # the EMA of TRL's SDPO teacher callback (sync_target_model without DeepSpeed)
+        SyncRefModelCallback._sync_target_model(student, teacher, 0.05)
+        state = full_state(teacher)
+        saved = os.path.join(work, "teacher.safetensors")
+        if rank == 0:
+            from safetensors.torch import save_file
+
+            from sdpocl.train.weights import load_tensors
+
+            parent = load_tensors(model_dir)
+            err = max(float((state[k] - (parent[k].float() + 0.0125)).abs().max()) for k in parent)
+            save_file({k: v.contiguous() for k, v in state.items()}, saved)
+            report(case, ema_max_abs_error=err)
+        dist.barrier()
+        if case == "resume":
+            # a resumed stage: a fresh copy of the parent, then the saved teacher broadcast into it
+            again = build_frozen_copy(model_dir, "teacher", mesh=mesh, **kwargs)
+            load_from_rank0(again, saved)
+            n = check_shards(again, saved, "teacher")
+            back = full_state(again)
+            if rank == 0:
+                diff = max(float((back[k] - state[k]).abs().max()) for k in state)
+                report(case, checked=n, resumed_max_abs_diff=diff)
+            else:
+                report(case, checked=n)
+    else:
+        raise SystemExit(f"unknown case {case}")
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:4])
