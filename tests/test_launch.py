@@ -22,6 +22,7 @@ def launch_env(tmp_path, monkeypatch):
     args, _, _ = _validate_launch_command(args)
     assert args.use_fsdp and args.num_processes == 4
     assert args.training_script == "sdpocl.cli" and args.module
+    assert 0 < args.main_process_port < 65536 and args.main_process_port != 29500  # a free port, not the default
     return prepare_multi_gpu_env(args)
 
 
@@ -51,6 +52,35 @@ def test_fsdp_plugin_built_from_the_launch_environment(launch_env, monkeypatch):
         torch.float32,
         torch.bfloat16,
     )
+
+
+def test_fsdp2_reduces_gradients_in_fp32(launch_env, monkeypatch):
+    """accelerate's bf16 policy reduces in bf16; the trainers switch the plugin to fp32 reduction."""
+    import torch
+    from accelerate.utils import FullyShardedDataParallelPlugin
+
+    from sdpocl.train.fsdp import use_fp32_reduction
+
+    for key, value in launch_env.items():
+        if key.startswith(("FSDP_", "ACCELERATE_")):
+            monkeypatch.setenv(key, value)
+    plugin = FullyShardedDataParallelPlugin()
+    plugin.set_mixed_precision("bf16")
+    assert plugin.mixed_precision_policy.reduce_dtype == torch.bfloat16  # accelerate's own
+
+    class Acc:
+        class state:
+            fsdp_plugin = plugin
+
+    use_fp32_reduction(Acc)
+    assert plugin.mixed_precision_policy.param_dtype == torch.bfloat16
+    assert plugin.mixed_precision_policy.reduce_dtype == torch.float32
+
+
+def test_two_launches_get_different_ports(tmp_path):
+    cfg = write_launch_config(tmp_path / "fsdp.yaml")
+    ports = {launch_command(2, [], cfg)[8] for _ in range(5)}
+    assert len(ports) > 1
 
 
 def test_single_gpu_and_cpu_jobs_are_not_relaunched(monkeypatch):

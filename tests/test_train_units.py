@@ -90,8 +90,44 @@ def test_multi_gpu_processes_split_the_global_batch(monkeypatch, smoke_config):
 
 
 def test_rollouts_use_vllm_only_on_a_gpu_with_vllm(monkeypatch):
-    from sdpocl.train.stage import rollout_kwargs
+    import pytest
 
-    assert rollout_kwargs(use_cpu=True) == {}
+    from sdpocl.train import rollouts
+
+    settings = {"max_prompt_length": 2048, "max_completion_length": 8192}
+    assert rollouts.rollout_kwargs(True, settings) == {}
+    monkeypatch.setattr(rollouts, "vllm_installed", lambda: False)
+    with pytest.raises(rollouts.MissingVLLMError, match=r"pip install -e '\.\[gpu\]'.*SDPOCL_ROLLOUTS=hf"):
+        rollouts.rollout_kwargs(False, settings)  # a GPU without vLLM: no silent slow path
     monkeypatch.setenv("SDPOCL_ROLLOUTS", "hf")
-    assert rollout_kwargs(use_cpu=False) == {}
+    assert rollouts.rollout_kwargs(False, settings) == {}  # asked for
+    monkeypatch.delenv("SDPOCL_ROLLOUTS")
+    monkeypatch.setattr(rollouts, "vllm_installed", lambda: True)
+    kw = rollouts.rollout_kwargs(False, settings)
+    assert kw["use_vllm"] and kw["vllm_mode"] == "colocate" and kw["vllm_enable_sleep_mode"]
+    assert kw["vllm_max_model_length"] == 2048 + 8192  # not the model's 40,960
+
+
+def test_colocated_vllm_is_seeded_by_the_run(monkeypatch):
+    """TRL seeds its colocated engine with the process index alone; the run's seed is folded in."""
+    from trl.generation import vllm_generation
+
+    from sdpocl.train.rollouts import engine_seed, seeded_vllm
+
+    seen = []
+    monkeypatch.setattr(vllm_generation, "LLM", lambda **kw: seen.append(kw["seed"]), raising=False)
+    stub = vllm_generation.LLM
+    for run_seed in (0, 3):
+        with seeded_vllm(run_seed):
+            vllm_generation.LLM(model="m", seed=1)  # what TRL passes on rank 1
+    assert vllm_generation.LLM is stub  # restored
+    assert seen == [engine_seed(0, 1), engine_seed(3, 1)] and seen[0] != seen[1]
+
+
+def test_gradients_are_reduced_every_micro_batch(smoke_config):
+    from sdpocl.config import expand_runs, stage_settings, validate_config
+    from sdpocl.train.plan import trainer_kwargs
+
+    cfg = validate_config(smoke_config)
+    kw = trainer_kwargs(stage_settings(cfg, expand_runs(cfg)[0], ("math",)), "/tmp/x", True)
+    assert kw["accelerator_config"]["gradient_accumulation_kwargs"]["sync_each_batch"] is True

@@ -47,7 +47,7 @@ def main(model_dir: str, work: str, case: str) -> None:
             caught = str(exc)
         report(case, local_embedding_abs_sum=float(emb.abs().sum()), error=caught)
     elif case == "frozen":
-        model = build_frozen_copy(model_dir, "teacher", mesh=mesh, **kwargs)
+        model = build_frozen_copy(model_dir, "teacher", shard=True, mesh=mesh, **kwargs)
         emb = model.get_input_embeddings().weight.to_local()
         n = check_shards(model, model_dir, "teacher")
         inv = [float(b.abs().sum()) for name, b in model.named_buffers() if name.endswith("inv_freq")]
@@ -55,8 +55,8 @@ def main(model_dir: str, work: str, case: str) -> None:
     elif case in ("ema", "resume"):
         from trl.trainer.callbacks import SyncRefModelCallback
 
-        teacher = build_frozen_copy(model_dir, "teacher", mesh=mesh, **kwargs)
-        student = build_frozen_copy(model_dir, "student", mesh=mesh, **kwargs)
+        teacher = build_frozen_copy(model_dir, "teacher", shard=True, mesh=mesh, **kwargs)
+        student = build_frozen_copy(model_dir, "student", shard=True, mesh=mesh, **kwargs)
         with torch.no_grad():
             for p in student.parameters():
                 p.add_(0.25)  # a DTensor add: every element of the full tensor moves by 0.25
@@ -76,7 +76,7 @@ def main(model_dir: str, work: str, case: str) -> None:
         dist.barrier()
         if case == "resume":
             # a resumed stage: a fresh copy of the parent, then the saved teacher broadcast into it
-            again = build_frozen_copy(model_dir, "teacher", mesh=mesh, **kwargs)
+            again = build_frozen_copy(model_dir, "teacher", shard=True, mesh=mesh, **kwargs)
             load_from_rank0(again, saved)
             n = check_shards(again, saved, "teacher")
             back = full_state(again)

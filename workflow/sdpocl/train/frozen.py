@@ -82,13 +82,15 @@ def _read_full(source: str | Path) -> dict:
     return out
 
 
-def load_from_rank0(model: nn.Module, source: str | Path) -> None:
-    """Load the full state dict of ``source`` (a model directory or a safetensors file) into ``model``, sharded
-    or not: rank 0 reads the file, every other rank receives it by broadcast; non-persistent buffers too."""
+def load_from_rank0(model: nn.Module, source: str | Path | dict) -> None:
+    """Load the full state dict of ``source`` (a model directory, a safetensors file, or the state dict itself)
+    into ``model``, sharded or not: rank 0's copy is broadcast to every other rank; non-persistent buffers too."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
 
     multi = distributed()
-    state = _read_full(source) if _rank() == 0 else {}
+    state = {}
+    if _rank() == 0:
+        state = source if isinstance(source, dict) else _read_full(source)
     options = StateDictOptions(full_state_dict=True, broadcast_from_rank0=multi, strict=False)
     set_model_state_dict(model, state, options=options)
     if multi:
@@ -163,17 +165,21 @@ def check_shards(model: nn.Module, source: str | Path, what: str) -> int:
     return checked
 
 
-def build_frozen_copy(source: str | Path, what: str, *, mesh=None, mp_policy=None, **init_kwargs) -> nn.Module:
-    """A frozen (no grad, eval) copy of the model at ``source``, correct on every rank: under FSDP sharded per
-    decoder layer, loaded by broadcast from rank 0 and checked shard by shard. ``init_kwargs`` go to
-    ``from_pretrained`` (dtype, attention implementation), as TRL builds its teacher."""
+def build_frozen_copy(
+    source: str | Path, what: str, *, shard: bool = False, mesh=None, mp_policy=None, **init_kwargs
+) -> nn.Module:
+    """A frozen (no grad, eval) copy of the model at ``source``, correct on every rank: with ``shard`` (FSDP)
+    sharded per decoder layer on ``mesh`` (None: FSDP's default mesh), loaded by broadcast from rank 0 and
+    checked shard by shard. ``init_kwargs`` go to ``from_pretrained`` (dtype, attention implementation), as
+    TRL builds its teacher."""
     from trl.trainer.utils import create_model_from_path
 
     model = create_model_from_path(str(source), **init_kwargs)
     model.requires_grad_(False)
     model.eval()
-    if mesh is not None:
+    if shard:
         shard_per_layer(model, mesh=mesh, mp_policy=mp_policy)
         load_from_rank0(model, source)
+    if distributed():
         check_shards(model, source, what)
     return model

@@ -6,10 +6,18 @@ weights, the gradients and the AdamW state of the whole model (about 64 GB for a
 the EMA teacher and vLLM. The launch configuration below shards them (FSDP2, full shard, one
 wrapped unit per decoder layer), keeps fp32 master weights with bf16 compute, and gathers full
 state dicts for saving, so every saved model is a complete, loadable safetensors model.
+
+``fsdp_cpu_ram_efficient_loading`` makes transformers load the weights on rank 0 only (zeros elsewhere):
+accelerate broadcasts the student's; the SDPO teacher and KL references are broadcast and checked by
+:mod:`sdpocl.train.frozen`. Gradients are reduced in fp32 (:func:`sdpocl.train.fsdp.use_fp32_reduction`)
+and every micro-batch (``sync_each_batch``, :mod:`sdpocl.train.plan`), so no unsharded bf16 gradients
+pile up under ``no_sync``. Each launch takes a free rendezvous port: two jobs on one node do not race
+for accelerate's default 29500.
 """
 
 from __future__ import annotations
 
+import socket
 import sys
 from pathlib import Path
 
@@ -46,7 +54,14 @@ def write_launch_config(path: str | Path) -> Path:
     return path
 
 
-def launch_command(n_processes: int, argv: list[str], config_file: str | Path) -> list[str]:
+def free_port() -> int:
+    """A TCP port free on this node now (the OS picks it), for the ranks' rendezvous."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def launch_command(n_processes: int, argv: list[str], config_file: str | Path, port: int | None = None) -> list[str]:
     """The command that reruns ``sdpocl <argv>`` under accelerate with ``n_processes`` FSDP ranks."""
     return [
         sys.executable,
@@ -56,6 +71,8 @@ def launch_command(n_processes: int, argv: list[str], config_file: str | Path) -
         str(config_file),
         "--num_processes",
         str(n_processes),
+        "--main_process_port",
+        str(port if port is not None else free_port()),
         "-m",
         "sdpocl.cli",
         *argv,

@@ -97,4 +97,7 @@ def trainer_kwargs(settings: dict, output_dir: str, use_cpu: bool, world: int | 
         disable_tqdm=True,
         dataloader_num_workers=0,
         model_init_kwargs={"dtype": "float32"},  # fp32 master weights; bf16 only as autocast
+        # reduce(-scatter) gradients every micro-batch: under no_sync FSDP2 would hold unsharded bf16
+        # gradients of the whole model across the accumulation (and DDP a full replica's)
+        accelerator_config={"gradient_accumulation_kwargs": {"sync_each_batch": True}},
     )

@@ -26,15 +26,16 @@ from pathlib import Path
 from sdpocl.config import stable_json
 from sdpocl.io import read_jsonl, write_json, write_jsonl
 from sdpocl.prompts import training_prompt
+from sdpocl.train.frozen import check_shards, distributed, load_from_rank0
 from sdpocl.train.methods import MITIGATION_DEFAULTS
 from sdpocl.train.plan import BatchPlan, batch_plan, trainer_kwargs
+from sdpocl.train.rollouts import rollout_kwargs, seeded_vllm
 from sdpocl.train.weights import has_weights, load_tensors
 
 __all__ = [
     "build_trainer",
     "train_stage",
     "trainer_kwargs",
-    "rollout_kwargs",
     "summarize",
     "step_log",
     "last_complete_checkpoint",
@@ -50,22 +51,6 @@ def fingerprint(settings: dict, parent: str) -> str:
     return hashlib.sha256((stable_json(settings) + "|" + str(parent)).encode()).hexdigest()[:16]
 
 
-def rollout_kwargs(use_cpu: bool) -> dict:
-    """vLLM rollouts (TRL's colocated engine) on a GPU when the ``gpu`` extra is installed;
-    transformers' generate otherwise. ``SDPOCL_ROLLOUTS=hf`` forces generate."""
-    if use_cpu or os.environ.get("SDPOCL_ROLLOUTS", "auto") == "hf":
-        return {}
-    try:
-        import vllm  # noqa: F401
-    except ImportError:
-        return {}
-    return {
-        "use_vllm": True,
-        "vllm_mode": "colocate",
-        "vllm_gpu_memory_utilization": float(os.environ.get("SDPOCL_VLLM_MEMORY", "0.3")),
-    }
-
-
 def boxed_count(completions, **kwargs) -> list[float]:
     """Zero-weight 'reward' so TRL logs the mean \\boxed count per completion each step."""
     from sdpocl.rewards import boxed_count as count
@@ -74,21 +59,23 @@ def boxed_count(completions, **kwargs) -> list[float]:
 
 
 def _full_state_dict(model) -> dict:
-    """A full (gathered, CPU) state dict, also of an FSDP-sharded model; tied tensors unshared."""
+    """A full (gathered, CPU) state dict, also of an FSDP-sharded model, ready for ``save_file``: a sharded
+    model's gathered tensors are fresh CPU copies already; only tensors that share storage with an earlier one
+    (tied weights of an unsharded model) are copied, as safetensors refuses shared storage."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
     state = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
-    return {k: v.detach().clone().contiguous() for k, v in state.items()}
-
-
-def _load_full_state_dict(model, state: dict) -> None:
-    """Load a full state dict into a (possibly FSDP-sharded) model; rank 0's copy is broadcast."""
-    import torch.distributed as dist
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
-
-    distributed = dist.is_available() and dist.is_initialized()
-    options = StateDictOptions(full_state_dict=True, broadcast_from_rank0=distributed, strict=False)
-    set_model_state_dict(model, state, options=options)
+    seen: set[int] = set()
+    out = {}
+    for key, value in state.items():
+        value = value.detach()
+        ptr = value.untyped_storage().data_ptr() if value.numel() else None
+        if ptr is not None and ptr in seen:
+            value = value.clone()
+        elif ptr is not None:
+            seen.add(ptr)
+        out[key] = value.contiguous()
+    return out
 
 
 def _callbacks(tag: str, plan: BatchPlan, patience: int, stop_on_collapse: bool, state_dir: Path, tokenizer):
@@ -161,6 +148,30 @@ def _callbacks(tag: str, plan: BatchPlan, patience: int, stop_on_collapse: bool,
                 os._exit(137)  # simulate a job killed right after a checkpoint (resume tests)
 
     return Progress(), ResumeState()
+
+
+def resume_point(state_dir: Path, fp: str, tag: str) -> Path | None:
+    """The checkpoint to resume from, decided on rank 0 and broadcast (the ranks must agree, or they hang):
+    rank 0 discards resume state of other settings, records this fingerprint and picks the newest complete
+    checkpoint; the other ranks wait for it and read nothing themselves."""
+    from accelerate import PartialState
+    from accelerate.utils import broadcast_object_list
+
+    proc = PartialState()
+    choice = [None]
+    if proc.is_main_process:
+        fp_file = state_dir / "fingerprint"
+        if state_dir.exists() and (not fp_file.exists() or fp_file.read_text() != fp):
+            print(f"[{tag}] discarding stale resume state in {state_dir}", flush=True)
+            shutil.rmtree(state_dir)
+        state_dir.mkdir(parents=True, exist_ok=True)
+        fp_file.write_text(fp)
+        found = last_complete_checkpoint(state_dir)
+        choice = [str(found) if found else None]
+    if proc.num_processes > 1:
+        broadcast_object_list(choice, from_process=0)
+        proc.wait_for_everyone()
+    return Path(choice[0]) if choice[0] else None
 
 
 def last_complete_checkpoint(state_dir: Path) -> Path | None:
@@ -302,15 +313,16 @@ def build_trainer(
         kwargs["max_reprompt_len"] = settings.get("max_reprompt_length") or (
             settings["max_prompt_length"] + settings["max_completion_length"] + 64
         )
-    kwargs.update(rollout_kwargs(use_cpu))
-    return trainer_cls(
-        model=str(parent),
-        reward_funcs=reward_funcs,
-        args=config_cls(**kwargs),
-        train_dataset=dataset,
-        processing_class=tokenizer,
-        callbacks=list(callbacks),
-    )
+    kwargs.update(rollout_kwargs(use_cpu, settings))
+    with seeded_vllm(settings["seed"]):
+        return trainer_cls(
+            model=str(parent),
+            reward_funcs=reward_funcs,
+            args=config_cls(**kwargs),
+            train_dataset=dataset,
+            processing_class=tokenizer,
+            callbacks=list(callbacks),
+        )
 
 
 def stage_dataset(settings: dict, data, tokenizer, replay_data=()) -> tuple[dict, int, dict | None]:
@@ -426,16 +438,7 @@ def train_stage(
     inputs = str(parent.resolve())
     if reference is not None or replay_data:
         inputs += "|" + "|".join(str(Path(p).resolve()) for p in [reference or "", *replay_data])
-    fp = fingerprint(settings, inputs)
-    fp_file = state_dir / "fingerprint"
-    main_process = int(os.environ.get("RANK", "0")) == 0  # under accelerate launch only rank 0 writes
-    if main_process and state_dir.exists() and (not fp_file.exists() or fp_file.read_text() != fp):
-        print(f"[{tag}] discarding stale resume state in {state_dir}", flush=True)
-        shutil.rmtree(state_dir)
-    state_dir.mkdir(parents=True, exist_ok=True)
-    if main_process:
-        fp_file.write_text(fp)
-    resume = last_complete_checkpoint(state_dir)
+    resume = resume_point(state_dir, fingerprint(settings, inputs), tag)
 
     tokenizer = AutoTokenizer.from_pretrained(parent)
     columns, dropped, replay = stage_dataset(settings, data, tokenizer, replay_data)
@@ -484,9 +487,11 @@ def train_stage(
     if resume is not None:
         print(f"[{tag}] resuming from {resume.name}", flush=True)
         if resume_state.teacher is not None:
-            from safetensors.torch import load_file
-
-            _load_full_state_dict(resume_state.teacher, load_file(str(resume / "teacher.safetensors")))
+            # as a fresh stage loads it: rank 0 reads, every rank receives its shard and checks it
+            saved = resume / "teacher.safetensors"
+            load_from_rank0(resume_state.teacher, saved)
+            if distributed():
+                check_shards(resume_state.teacher, saved, "SDPO teacher (resumed)")
     print(
         f"[{tag}] {method.name} ({settings['family']}): {settings['steps']} rollout steps x "
         f"{settings['prompts_per_step']} prompts x {settings['num_generations']} samples; {plan.optimizer_steps} "
@@ -515,7 +520,7 @@ def train_stage(
         # A diverged stage hands on its last finite weights (else its parent's), so that the
         # rest of the chain can still run; the stage is recorded as collapsed either way.
         model_from, weights = _last_finite_weights(state_dir, parent)
-        _load_full_state_dict(trainer.model, weights)
+        load_from_rank0(trainer.model, weights)
         print(f"[{tag}] non-finite weights: handing on weights from {model_from}", flush=True)
     trainer.save_model(str(out_dir / "model"))  # full weights also from a sharded (FSDP) model
     if not trainer.accelerator.is_main_process:

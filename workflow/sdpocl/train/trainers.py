@@ -50,8 +50,10 @@ from torch.optim.lr_scheduler import LambdaLR
 from trl import GRPOConfig, GRPOTrainer
 from trl.experimental.sdpo import SDPOConfig, SDPOTrainer
 from trl.experimental.sdpo.sdpo_trainer import SuccessfulRolloutTeacherContextBuilder
-from trl.models import prepare_deepspeed, prepare_fsdp
-from trl.trainer.utils import create_model_from_path, get_config_model_id, selective_log_softmax
+from trl.trainer.utils import get_config_model_id, selective_log_softmax
+
+from sdpocl.train.frozen import check_shards, distributed, load_from_rank0
+from sdpocl.train.fsdp import frozen_copy, use_fp32_reduction
 
 #: placeholder of the demonstration in SDPO's solution template
 DEMO_FIELD = "{successful_previous_attempt}"
@@ -244,18 +246,28 @@ class SchedGRPOTrainer(RolloutScheduleMixin, GRPOTrainer):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        if self.beta > 0 and self.args.kl_reference == "base":
-            from sdpocl.train.stage import _load_full_state_dict
-            from sdpocl.train.weights import load_tensors
-
-            if self.ref_model is None:
-                raise ValueError("kl_reference='base' needs a separate reference model (not available with PEFT)")
-            _load_full_state_dict(self.ref_model, load_tensors(self.args.kl_reference_model))
+        use_fp32_reduction(self.accelerator)
+        if self.beta > 0:
+            self._load_reference()
         self._rollout_logps = None  # (tokens, log-probs) of the last generate, for the old log-probs
         self._dropout_free = dropout_free(self.accelerator.unwrap_model(self.model))
 
     #: the exact shortcuts of the module docstring; False: TRL's own computation (tests, benchmarks)
     shortcuts = True
+
+    def _load_reference(self) -> None:
+        """TRL loads the reference from the parent's path, which under FSDP's cpu-ram-efficient loading leaves
+        zeros on every rank but 0 (:mod:`sdpocl.train.frozen`): the weights (the parent's or, with
+        ``kl_reference="base"``, the base model's) are broadcast from rank 0 and checked on every rank."""
+        if self.ref_model is None:
+            if self.args.kl_reference == "base":
+                raise ValueError("kl_reference='base' needs a separate reference model (not available with PEFT)")
+            return
+        source = kl_reference_path(self)
+        if self.args.kl_reference == "base" or distributed():
+            load_from_rank0(self.ref_model, source)
+        if distributed():
+            check_shards(self.ref_model, source, "KL reference")
 
     # --- old log-probs from the generation's own logits -----------------------------------------
 
@@ -453,6 +465,7 @@ class MaskedSDPOTrainer(RolloutScheduleMixin, SDPOTrainer):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
+        use_fp32_reduction(self.accelerator)
         self.teacher_context_builder = BudgetedTeacherContextBuilder(self)
         self.ref_model = self._build_reference() if self.args.beta > 0 else None
         self._kl_student = None  # the model whose grad-enabled forward compute_loss captures
@@ -465,24 +478,25 @@ class MaskedSDPOTrainer(RolloutScheduleMixin, SDPOTrainer):
     #: the exact shortcut of the module docstring; False: TRL's own computation (tests, benchmarks)
     shortcuts = True
 
-    # --- KL anchor -----------------------------------------------------------------------------
+    # --- the teacher and the KL anchor: frozen copies correct on every rank ------------------------
+
+    def _setup_teacher_model(self) -> None:
+        """TRL's teacher, except that a separate teacher model (``base`` or ``ema`` without PEFT) under FSDP is a
+        frozen copy sharded per decoder layer, broadcast from rank 0 and checked (:mod:`sdpocl.train.frozen`):
+        TRL's own would be zeros on every rank but 0."""
+        from accelerate.utils import is_peft_model
+        from trl.experimental.sdpo.teacher_sync import SyncTeacherModelCallback
+
+        kind = self.args.teacher_model_kind
+        if kind == "live" or is_peft_model(self.model) or not (self.is_fsdp_enabled or distributed()):
+            return super()._setup_teacher_model()
+        self.teacher_model = frozen_copy(self, get_config_model_id(self.model.config), "SDPO teacher")
+        if kind == "ema":
+            self.add_callback(SyncTeacherModelCallback(teacher_model=self.teacher_model, accelerator=self.accelerator))
 
     def _build_reference(self):
-        """A frozen reference model, built as TRL builds SDPO's teacher (from a model path)."""
-        kwargs = dict(self.args.model_init_kwargs or {})
-        if self.args.distributed_state.distributed_type in ["MULTI_GPU", "DEEPSPEED"]:
-            kwargs["device_map"] = None
-        kwargs.setdefault("trust_remote_code", self.args.trust_remote_code)
-        kwargs.setdefault("dtype", self.model.dtype)
-        kwargs.setdefault("attn_implementation", self.model.config._attn_implementation)
-        ref = create_model_from_path(kl_reference_path(self), **kwargs)
-        ref.requires_grad_(False)
-        ref.eval()
-        if self.is_deepspeed_enabled:
-            return prepare_deepspeed(ref, self.accelerator)
-        if self.is_fsdp_enabled:
-            return prepare_fsdp(ref, self.accelerator)
-        return self.accelerator.prepare_model(ref, evaluation_mode=True)
+        """A frozen reference model (the stage's parent or the base model), correct on every rank."""
+        return frozen_copy(self, kl_reference_path(self), "KL reference")
 
     def _forward_logits(self, model, input_ids, attention_mask, logits_to_keep):
         logits = super()._forward_logits(model, input_ids, attention_mask, logits_to_keep)
