@@ -29,6 +29,10 @@ def test_defaults_are_filled(smoke_config):
     assert config["train"]["weight_decay"] == 0.01
     assert config["train"]["max_grad_norm"] == 1.0
     assert config["seeds"] == [0]
+    # GPUs per job: null = the preset's (workflow/rules/common.smk, gpus_per_job): tiny 0, paper 4 and 1
+    assert config["train"]["gpus_per_job"] is None and config["evaluate"]["gpus_per_job"] is None
+    paper = load_config(ROOT / "config" / "paper.yaml")
+    assert (paper["train"]["gpus_per_job"], paper["evaluate"]["gpus_per_job"]) == (4, 1)
 
 
 @pytest.mark.parametrize(
@@ -46,6 +50,8 @@ def test_defaults_are_filled(smoke_config):
         (lambda c: c["train"]["steps"].pop("code"), "train.steps"),
         (lambda c: c.update(single_domain_runs=["nope"]), "single_domain_runs"),
         (lambda c: c["runs"].append({"method": "sdpo", "alpha": 0.0}), "runs"),
+        (lambda c: c["train"].update(gpus_per_job=-1), "train.gpus_per_job"),
+        (lambda c: c.setdefault("evaluate", {}).update(gpus_per_job=1.5), "evaluate.gpus_per_job"),
     ],
 )
 def test_bad_values_name_the_key(smoke_config, mutate, key):

@@ -6,11 +6,12 @@
 #   tests/slurm/stop.sh DIR         # stops exactly the daemons this script started
 #
 # Everything lives under DIR: slurm.conf, gres.conf, cgroup.conf, a private munge key and
-# socket, state, spool, logs, pid files and the two fake GPU devices (empty files). The ports
+# socket, state, spool, logs, pid files and the fake GPU devices (links to /dev/null). The ports
 # are picked free at start, so this Slurm neither reads nor disturbs a system Slurm or munge.
-# Node: shaped like a GPU node so that profiles/slurm's requests fit: 2 GPUs (gres gpu:2),
-# 32 CPUs and 512 GB by default (SDPOCL_SLURM_CPUS, SDPOCL_SLURM_MEM_MB), whatever the machine
-# has (SlurmdParameters=config_overrides; no cgroups, so nothing is enforced). cons_tres,
+# Node: shaped like a GPU node so that profiles/slurm's requests fit: 4 GPUs (gres gpu:4, files
+# dev/fakegpu0..3), 64 CPUs and 512 GB by default (SDPOCL_SLURM_GPUS, SDPOCL_SLURM_CPUS,
+# SDPOCL_SLURM_MEM_MB), whatever the machine has (SlurmdParameters=config_overrides; no cgroups, so
+# nothing is enforced; Slurm still sets CUDA_VISIBLE_DEVICES per job step). cons_tres,
 # MinJobAge 3600 (finished jobs stay visible to `scontrol show job` and to squeue-based status
 # checks), no accounting.
 #
@@ -73,10 +74,14 @@ while [[ $SLURMD_PORT == "$CTLD_PORT" ]]; do SLURMD_PORT=$(free_port); done
 
 HOST=$(hostname -s)
 NODE=sdpocl-node
-CPUS=${SDPOCL_SLURM_CPUS:-32}
+GPUS=${SDPOCL_SLURM_GPUS:-4}
+CPUS=${SDPOCL_SLURM_CPUS:-64}
 MEM_MB=${SDPOCL_SLURM_MEM_MB:-512000}
-: > "$DIR/dev/fakegpu0"
-: > "$DIR/dev/fakegpu1"
+[[ $GPUS =~ ^[1-9][0-9]*$ ]] || die "SDPOCL_SLURM_GPUS must be a positive integer, not '$GPUS'"
+# Fake GPUs: links to /dev/null. slurmd wants character or block devices (a plain file is "not a
+# valid character or block device": the node still counts gpu:N, but steps get no
+# CUDA_VISIBLE_DEVICES); with devices, every job step sees its own GPUs' indices, as on a GPU node.
+for i in $(seq 0 $((GPUS - 1))); do ln -s /dev/null "$DIR/dev/fakegpu$i"; done
 
 # --- munge: a private key, socket and pid file --------------------------------------------
 dd if=/dev/urandom of="$DIR/munge/munge.key" bs=1024 count=1 status=none
@@ -127,13 +132,13 @@ InactiveLimit=0
 KillWait=5
 SlurmctldTimeout=30
 SlurmdTimeout=30
-NodeName=$NODE NodeHostname=$HOST NodeAddr=127.0.0.1 CPUs=$CPUS RealMemory=$MEM_MB Gres=gpu:2 State=UNKNOWN
+NodeName=$NODE NodeHostname=$HOST NodeAddr=127.0.0.1 CPUs=$CPUS RealMemory=$MEM_MB Gres=gpu:$GPUS State=UNKNOWN
 PartitionName=debug Nodes=$NODE Default=YES MaxTime=INFINITE State=UP
 EOF
 
 cat > "$DIR/gres.conf" <<EOF
 AutoDetect=off
-NodeName=$NODE Name=gpu File=$DIR/dev/fakegpu[0-1]
+NodeName=$NODE Name=gpu File=$DIR/dev/fakegpu[0-$((GPUS - 1))]
 EOF
 
 # Read by slurmd only for cgroup plugins; none is used (proctrack/linuxproc, task/none), so

@@ -67,7 +67,12 @@ def difficulty_flag(domain):
 
 
 #: what a changed value of must re-evaluate: sampling, limits, the prompt format and the scoring limits
-_EVAL = {**config["evaluate"], **resolve_prompt_format(config), "rewards": config["rewards"]}
+#: (not `evaluate.gpus_per_job`: a resource, which changes no score and must rerun nothing)
+_EVAL = {
+    **{k: v for k, v in config["evaluate"].items() if k != "gpus_per_job"},
+    **resolve_prompt_format(config),
+    "rewards": config["rewards"],
+}
 EVAL_SETTINGS = stable_json(_EVAL)
 #: the grid's training seeds; each has its own evaluation of the base (rule evaluate_base)
 SEEDS = sorted({run.seed for run in RUNS.values()}) or sorted(config["seeds"])
@@ -87,6 +92,12 @@ def eval_settings(seed):
 def base_eval_path(seed, leaf="scores.json"):
     """The base model's evaluation drawn with training seed ``seed``'s sampling seed."""
     return f"{RESULTS}/base/eval/seed-{seed}/{leaf}"
+
+
+def eval_state_dir(*parts):
+    """Resume state of one evaluation job (sdpocl.evaluate.resume): outside its declared outputs,
+    which Snakemake deletes before a retry; flat per job (``math+science``), like state_dir."""
+    return os.path.join(f"{RESULTS}/state/eval", *(str(p).replace(os.sep, "+") for p in parts))
 
 
 wildcard_constraints:
@@ -256,6 +267,47 @@ def mitigation_args(wildcards, input):
     if replay:
         args.append("--replay-data " + " ".join(shlex.quote(str(f)) for f in replay))
     return " ".join(args)
+
+
+# --- GPUs, CPUs and host memory per job: the rules' resources, which profiles/slurm submits -------------
+# Resources are no rerun trigger (params are): changing a GPU count reruns nothing.
+
+#: `gpus_per_job: null` = the preset's: a paper-preset train job needs 4 GPUs of 80 GB (README, memory table;
+#: 8 is comfortable), an evaluation job one; the tiny preset's jobs are CPU jobs
+_PRESET_GPUS = {"paper": {"train": 4, "evaluate": 1}, "tiny": {"train": 0, "evaluate": 0}}
+
+
+def gpus_per_job(section):
+    """``config[section]["gpus_per_job"]``, or the preset's when null."""
+    gpus = config[section]["gpus_per_job"]
+    return _PRESET_GPUS[config["preset"]][section] if gpus is None else gpus
+
+
+#: GPUs of one train_stage job: it runs one FSDP rank per GPU it sees (sdpocl.cli._relaunch_on_gpus)
+TRAIN_GPUS = gpus_per_job("train")
+#: GPUs of one evaluation job (evaluate_checkpoint, evaluate_base)
+EVAL_GPUS = gpus_per_job("evaluate")
+#: teacher_check and compute_drift run one process on one device: one GPU when train jobs have GPUs
+SINGLE_GPU = min(TRAIN_GPUS, 1)
+#: CPUs per GPU, at least: each of a train job's ranks runs `train.threads` threads (8 in config/paper.yaml)
+CPUS_PER_GPU = 8
+#: host memory per GPU, MB. A 4-rank Qwen3-4B train job needs well over 64 GB: every rank materialises the
+#: full fp32 model on the CPU at load (16 GB each, 64 GB together), and rank 0 gathers the full student,
+#: teacher and optimizer state (16 + 16 + 32 GB) at every save. ~48 GB per GPU: 192 GB for 4 GPUs, 384 for 8.
+MEM_MB_PER_GPU = 48000
+
+
+def gpu_resources(gpus, **cpu_job):
+    """A rule's resources for a job on ``gpus`` GPUs of one node: ``gpu`` (profiles/slurm: sbatch and the
+    job's srun ``--gpus=N``, with ``nodes: 1``), ``cpus_per_task`` = max(threads, 8) per GPU, ``mem_mb`` =
+    48 GB per GPU. With no GPU, ``cpu_job``: the CPU job's resources as they always were (the tiny preset)."""
+    if not gpus:
+        return cpu_job
+    return {
+        "gpu": gpus,
+        "cpus_per_task": lambda wildcards, threads: max(threads, CPUS_PER_GPU) * gpus,
+        "mem_mb": MEM_MB_PER_GPU * gpus,
+    }
 
 
 # --- the job server (sdpocl.jobserver): local jobs fork from one process with torch imported ---

@@ -15,6 +15,8 @@ rule compute_drift:
         f"{RESULTS}/benchmarks/drift/{{run}}/{{chain}}.tsv"
     conda:
         "../../envs/sdpocl.yaml"
+    resources:
+        **gpu_resources(SINGLE_GPU),  # batched SVDs on the GPU when the grid has GPUs
     params:
         base=lambda wc: BASE_MODEL,
         stage=lambda wc: stage_dir(RESULTS, wc.run, wc.chain),

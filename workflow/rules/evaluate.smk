@@ -52,17 +52,20 @@ rule evaluate_checkpoint:
         "../../envs/sdpocl.yaml"
     threads: THREADS
     resources:
-        mem_mb=3000,
+        **gpu_resources(EVAL_GPUS, mem_mb=3000),  # config evaluate.gpus_per_job
     params:
         model=eval_model_path,
         meta=eval_meta,
         settings=run_eval_settings,
         benchmarks=BENCHMARK_NAMES,
         out=lambda wc, output: os.path.dirname(output.scores),
+        # a function of output, so Snakemake does not track it (like mitigation_args): never a rerun
+        state=lambda wc, output: eval_state_dir(wc.run, wc.chain, wc.ckpt),
         tasks=lambda wc, input: os.path.dirname(input.tasks[0]),
     shell:
         "sdpocl evaluate --model {params.model} --tasks {params.tasks} --benchmarks {params.benchmarks} "
-        "--settings {params.settings:q} --meta {params.meta:q} --out {params.out} --threads {threads} > {log} 2>&1"
+        "--settings {params.settings:q} --meta {params.meta:q} --out {params.out} --state {params.state} "
+        "--threads {threads} > {log} 2>&1"
 
 
 # once per training seed, with that seed's sampling seed (eval_settings): a seed's stage-1 change is paired
@@ -82,10 +85,11 @@ rule evaluate_base:
         "../../envs/sdpocl.yaml"
     threads: THREADS
     resources:
-        mem_mb=3000,
+        **gpu_resources(EVAL_GPUS, mem_mb=3000),  # config evaluate.gpus_per_job
     params:
         model=lambda wc: BASE_MODEL,
         out=lambda wc, output: os.path.dirname(output.scores),
+        state=lambda wc, output: eval_state_dir("base", f"seed-{wc.seed}"),
         tasks=lambda wc, input: os.path.dirname(input.tasks[0]),
         meta=lambda wc: stable_json({**BASE_META, "seed": int(wc.seed)}),
         settings=lambda wc: eval_settings(int(wc.seed)),
@@ -93,7 +97,7 @@ rule evaluate_base:
     shell:
         "sdpocl evaluate --model {params.model} --tasks {params.tasks} "
         "--benchmarks {params.benchmarks} --settings {params.settings:q} --meta {params.meta:q} "
-        "--out {params.out} --threads {threads} > {log} 2>&1"
+        "--out {params.out} --state {params.state} --threads {threads} > {log} 2>&1"
 
 
 rule aggregate_eval:
