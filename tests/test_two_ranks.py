@@ -74,3 +74,33 @@ def test_saved_teacher_resumes_identically_on_every_rank(model_dir, tmp_path):
     r = run_ranks(model_dir, tmp_path, "resume")
     assert r[0]["resumed_max_abs_diff"] == 0.0
     assert r[0]["checked"] == r[1]["checked"] > 0
+
+
+def test_sdpo_trainer_builds_its_teacher_as_a_checked_frozen_copy_under_fsdp(monkeypatch):
+    """The wiring the CPU ranks cannot reach (accelerate runs CPU ranks as DDP): under FSDP, MaskedSDPOTrainer
+    builds a separate teacher through :func:`sdpocl.train.fsdp.frozen_copy`, never TRL's zero-filled one."""
+    from types import SimpleNamespace
+
+    from sdpocl.train import trainers
+
+    built = []
+    monkeypatch.setattr(trainers, "frozen_copy", lambda tr, source, what: built.append((source, what)) or "T")
+    monkeypatch.setattr(trainers.SDPOTrainer, "_setup_teacher_model", lambda self: built.append("trl"))
+    for kind, callbacks in (("base", 0), ("ema", 1)):
+        built.clear()
+        trainer = object.__new__(trainers.MaskedSDPOTrainer)
+        added = []
+        trainer.__dict__.update(
+            args=SimpleNamespace(teacher_model_kind=kind),
+            model=SimpleNamespace(config=SimpleNamespace(_name_or_path="/runs/parent/model")),
+            is_fsdp_enabled=True,
+            accelerator=None,
+            add_callback=added.append,
+        )
+        trainer._setup_teacher_model()
+        assert built == [("/runs/parent/model", "SDPO teacher")] and trainer.teacher_model == "T"
+        assert len(added) == callbacks
+    trainer.__dict__["args"] = SimpleNamespace(teacher_model_kind="live")
+    built.clear()
+    trainer._setup_teacher_model()
+    assert built == ["trl"]  # the student itself: nothing to load
