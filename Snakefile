@@ -19,6 +19,7 @@ include: "workflow/rules/train.smk"
 include: "workflow/rules/evaluate.smk"
 include: "workflow/rules/drift.smk"
 include: "workflow/rules/plot.smk"
+include: "workflow/rules/preflight.smk"
 
 
 report: "workflow/report/workflow.rst"

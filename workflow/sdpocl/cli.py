@@ -325,6 +325,23 @@ def cmd_goals(a) -> None:
         Path(a.out).write_text(report)
 
 
+def cmd_preflight(a) -> None:
+    """Exit status 1 when a check fails (warnings do not fail)."""
+    from sdpocl.config import load_config
+    from sdpocl.preflight import failed, format_report, header, run_preflight
+
+    config = load_config(a.config)
+    results = a.results or config["results"]
+    checks = run_preflight(config, a.profile, results=results, gpu_memory_gib=a.gpu_memory_gib, config_name=a.config)
+    report = format_report(checks, header(a.config, config, results))
+    print(report, end="", flush=True)
+    if a.out:
+        Path(a.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(a.out).write_text(report)
+    if failed(checks):
+        raise SystemExit(1)
+
+
 def cmd_job_server(a) -> None:
     from sdpocl.jobserver import serve
 
@@ -587,6 +604,22 @@ COMMANDS = [
         [
             _arg("results", help="the results folder (its tables/ and runs/)"),
             _arg("--out", help="also write the table here (markdown)"),
+        ],
+    ),
+    (
+        "preflight",
+        "before the grid, on a GPU node: GPUs, vLLM, the base model offline, GPU memory, disk, the Slurm requests",
+        cmd_preflight,
+        [
+            _arg("--config", required=True, help="config YAML, e.g. config/paper.yaml"),
+            _arg("--profile", help="Snakemake profile folder or its config.yaml (default: profiles/slurm)"),
+            _arg("--results", help="results folder (default: the config's `results`)"),
+            _arg(
+                "--gpu-memory-gib",
+                type=float,
+                help="GPU memory to compare the estimate with when no GPU is visible (e.g. 80 on a login node)",
+            ),
+            _arg("--out", help="also write the report here"),
         ],
     ),
     (
