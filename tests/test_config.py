@@ -29,7 +29,7 @@ def test_defaults_are_filled(smoke_config):
     assert config["train"]["weight_decay"] == 0.01
     assert config["train"]["max_grad_norm"] == 1.0
     assert config["seeds"] == [0]
-    # GPUs per job: null = the preset's (workflow/rules/common.smk, gpus_per_job): tiny 0, paper 4 and 1
+    # GPUs per job: null = the preset's (sdpocl.resources.gpus_per_job): tiny 0, paper 4 and 1
     assert config["train"]["gpus_per_job"] is None and config["evaluate"]["gpus_per_job"] is None
     paper = load_config(ROOT / "config" / "paper.yaml")
     assert (paper["train"]["gpus_per_job"], paper["evaluate"]["gpus_per_job"]) == (4, 1)

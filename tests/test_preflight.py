@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 import shutil
 from collections import namedtuple
 from pathlib import Path
@@ -17,6 +18,7 @@ import yaml
 from workflow_utils import ROOT, scheduled_jobs, snakemake
 
 from sdpocl import preflight as pf
+from sdpocl import resources
 from sdpocl.cli import build_parser, main
 from sdpocl.config import load_config, validate_config
 from sdpocl.train.weights import weight_files
@@ -90,7 +92,7 @@ def test_gpus_visible_against_requested(monkeypatch, paper):
 
 
 def test_requested_gpus_follow_the_config_and_the_presets(paper, tiny):
-    # null = the preset's, read from workflow/rules/common.smk's _PRESET_GPUS
+    # null = the preset's (sdpocl.resources.PRESET_GPUS, as the rules ask for them)
     assert pf.requested_gpus(tiny)[0] == {"train": 0, "evaluate": 0, "single": 0}
     assert pf.requested_gpus(paper)[0] == {"train": 4, "evaluate": 1, "single": 1}
     nulls = copy.deepcopy(paper)
@@ -357,6 +359,27 @@ def test_slurm_requests_per_rule_family(paper, tiny):
     # the tiny preset: CPU jobs with the rules' own memory
     req = pf.slurm_requests(tiny, profile)
     assert "gpu" not in req["train_stage"] and req["train_stage"]["mem_mb"] == 2000 and "build_base" in req
+
+
+def test_the_rules_resources_come_from_sdpocl_resources(paper, tiny):
+    """Every `**job_resources(config, "<rule>")` in workflow/rules/*.smk sits in <rule> itself, and
+    sdpocl.resources.RULE_GPUS (what preflight reports) names exactly those rules."""
+    called = {}
+    for smk in sorted((ROOT / "workflow" / "rules").glob("*.smk")):
+        for block in re.split(r"\n(?=\s*rule \w+:)", smk.read_text()):
+            rule = re.match(r"\s*rule (\w+):", block)
+            for arg in re.findall(r'job_resources\(config, "(\w+)"\)', block):
+                called[arg] = rule.group(1) if rule else None
+    assert called == {rule: rule for rule in resources.RULE_GPUS}
+    train = resources.job_resources(paper, "train_stage")  # train.gpus_per_job 4
+    assert train["gpu"] == 4 and train["mem_mb"] == 192000
+    assert train["cpus_per_task"](None, 8) == 32 and train["cpus_per_task"](None, 12) == 48  # max(threads, 8) per GPU
+    assert resources.job_resources(paper, "compute_drift")["gpu"] == 1
+    assert resources.job_resources(paper, "evaluate_base")["mem_mb"] == 48000
+    # the tiny preset: CPU jobs with the rules' own memory (compute_drift: the default)
+    assert resources.job_resources(tiny, "train_stage") == {"mem_mb": 2000}
+    assert resources.job_resources(tiny, "evaluate_checkpoint") == {"mem_mb": 3000}
+    assert resources.job_resources(tiny, "compute_drift") == {}
 
 
 def test_slurm_check_flags_too_few_gpus_for_the_memory(paper, tmp_path):

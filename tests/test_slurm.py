@@ -403,7 +403,7 @@ def test_slurm_saw_gpu_jobs_and_no_aggregation_or_plots(slurm_smoke):
             assert gpus(job) == RULE_GPUS[rule] and job["NumNodes"] == "1", f"{rule}: {job}"
     train = per_rule["train_stage"]
     assert {job["TimeLimit"] for job in train} == {"04:00:00"}  # runtime 240 * attempt, attempt 1
-    # 8 CPUs and 48 GB per GPU (workflow/rules/common.smk, gpu_resources), in one task
+    # 8 CPUs and 48 GB per GPU (sdpocl.resources: CPUS_PER_GPU, MEM_MB_PER_GPU), in one task
     assert {(job["NumCPUs"], job["NumTasks"]) for job in train} == {(str(8 * GRID_GPUS["train"]), "1")}
     assert {_mb(job["MinMemoryNode"]) for job in train} == {48000 * GRID_GPUS["train"]}
 

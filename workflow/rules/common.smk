@@ -27,6 +27,7 @@ from sdpocl.data.loaders import OOD_BENCHMARKS as PAPER_OOD
 from sdpocl.data.domains import DOMAINS, Difficulty
 from sdpocl.jobserver import ENV as JOB_SERVER_ENV
 from sdpocl.prompts import resolve_prompt_format
+from sdpocl.resources import job_resources  # the GPU-capable rules' resources (GPUs, CPUs, memory)
 from sdpocl.train.paper_base import BaseModelError, check_base_available
 from sdpocl.plot.tables import BASE_META, FIGURE_CATEGORIES, FIGURE_DATA, FIGURE_TABLES
 
@@ -267,47 +268,6 @@ def mitigation_args(wildcards, input):
     if replay:
         args.append("--replay-data " + " ".join(shlex.quote(str(f)) for f in replay))
     return " ".join(args)
-
-
-# --- GPUs, CPUs and host memory per job: the rules' resources, which profiles/slurm submits -------------
-# Resources are no rerun trigger (params are): changing a GPU count reruns nothing.
-
-#: `gpus_per_job: null` = the preset's: a paper-preset train job needs 4 GPUs of 80 GB (README, memory table;
-#: 8 is comfortable), an evaluation job one; the tiny preset's jobs are CPU jobs
-_PRESET_GPUS = {"paper": {"train": 4, "evaluate": 1}, "tiny": {"train": 0, "evaluate": 0}}
-
-
-def gpus_per_job(section):
-    """``config[section]["gpus_per_job"]``, or the preset's when null."""
-    gpus = config[section]["gpus_per_job"]
-    return _PRESET_GPUS[config["preset"]][section] if gpus is None else gpus
-
-
-#: GPUs of one train_stage job: it runs one FSDP rank per GPU it sees (sdpocl.cli._relaunch_on_gpus)
-TRAIN_GPUS = gpus_per_job("train")
-#: GPUs of one evaluation job (evaluate_checkpoint, evaluate_base)
-EVAL_GPUS = gpus_per_job("evaluate")
-#: teacher_check and compute_drift run one process on one device: one GPU when train jobs have GPUs
-SINGLE_GPU = min(TRAIN_GPUS, 1)
-#: CPUs per GPU, at least: each of a train job's ranks runs `train.threads` threads (8 in config/paper.yaml)
-CPUS_PER_GPU = 8
-#: host memory per GPU, MB. A 4-rank Qwen3-4B train job needs well over 64 GB: every rank materialises the
-#: full fp32 model on the CPU at load (16 GB each, 64 GB together), and rank 0 gathers the full student,
-#: teacher and optimizer state (16 + 16 + 32 GB) at every save. ~48 GB per GPU: 192 GB for 4 GPUs, 384 for 8.
-MEM_MB_PER_GPU = 48000
-
-
-def gpu_resources(gpus, **cpu_job):
-    """A rule's resources for a job on ``gpus`` GPUs of one node: ``gpu`` (profiles/slurm: sbatch and the
-    job's srun ``--gpus=N``, with ``nodes: 1``), ``cpus_per_task`` = max(threads, 8) per GPU, ``mem_mb`` =
-    48 GB per GPU. With no GPU, ``cpu_job``: the CPU job's resources as they always were (the tiny preset)."""
-    if not gpus:
-        return cpu_job
-    return {
-        "gpu": gpus,
-        "cpus_per_task": lambda wildcards, threads: max(threads, CPUS_PER_GPU) * gpus,
-        "mem_mb": MEM_MB_PER_GPU * gpus,
-    }
 
 
 # --- the job server (sdpocl.jobserver): local jobs fork from one process with torch imported ---

@@ -16,7 +16,7 @@ rule compute_drift:
     conda:
         "../../envs/sdpocl.yaml"
     resources:
-        **gpu_resources(SINGLE_GPU),  # batched SVDs on the GPU when the grid has GPUs
+        **job_resources(config, "compute_drift"),  # batched SVDs on the GPU when the grid has GPUs
     params:
         base=lambda wc: BASE_MODEL,
         stage=lambda wc: stage_dir(RESULTS, wc.run, wc.chain),

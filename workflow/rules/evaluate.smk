@@ -52,7 +52,7 @@ rule evaluate_checkpoint:
         "../../envs/sdpocl.yaml"
     threads: THREADS
     resources:
-        **gpu_resources(EVAL_GPUS, mem_mb=3000),  # config evaluate.gpus_per_job
+        **job_resources(config, "evaluate_checkpoint"),  # config evaluate.gpus_per_job
     params:
         model=eval_model_path,
         meta=eval_meta,
@@ -85,7 +85,7 @@ rule evaluate_base:
         "../../envs/sdpocl.yaml"
     threads: THREADS
     resources:
-        **gpu_resources(EVAL_GPUS, mem_mb=3000),  # config evaluate.gpus_per_job
+        **job_resources(config, "evaluate_base"),  # config evaluate.gpus_per_job
     params:
         model=lambda wc: BASE_MODEL,
         out=lambda wc, output: os.path.dirname(output.scores),

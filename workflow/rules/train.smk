@@ -21,7 +21,7 @@ rule train_stage:
         "../../envs/sdpocl.yaml"
     threads: THREADS
     resources:
-        **gpu_resources(TRAIN_GPUS, mem_mb=2000),  # config train.gpus_per_job: --gpus=N on one node
+        **job_resources(config, "train_stage"),  # config train.gpus_per_job: --gpus=N on one node
     params:
         settings=train_settings,
         parent=parent_path,
@@ -47,7 +47,7 @@ rule teacher_check:
         "../../envs/sdpocl.yaml"
     threads: THREADS
     resources:
-        **gpu_resources(SINGLE_GPU, mem_mb=2000),
+        **job_resources(config, "teacher_check"),
     params:
         settings=train_settings,
         parent=parent_path,

@@ -8,8 +8,8 @@ with ``HF_HUB_OFFLINE=1``) or loads weights (safetensors headers only). ``sdpocl
 non-zero when a check fails; warnings do not fail.
 
 1. GPUs visible (``torch.cuda.device_count``) against the GPUs a train job and an evaluation job ask
-   for (``train.gpus_per_job``, ``evaluate.gpus_per_job``; null = the preset's, read from
-   ``workflow/rules/common.smk``).
+   for (``train.gpus_per_job``, ``evaluate.gpus_per_job``; null = the preset's, from
+   :mod:`sdpocl.resources`, as the rules ask for them).
 2. vLLM importable (``importlib.util.find_spec``, without importing it) and its version.
 3. The base model: the directory the jobs will read (``results/base/model``, else ``base.source``, a
    local ``base.model`` or the hub cache's snapshot of the hub id) with a config, loadable
@@ -23,7 +23,6 @@ non-zero when a check fails; warnings do not fail.
 
 from __future__ import annotations
 
-import ast
 import importlib.metadata
 import importlib.util
 import json
@@ -34,9 +33,10 @@ import socket
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from sdpocl import resources
+
 ROOT = Path(__file__).resolve().parents[2]
 RULES_DIR = ROOT / "workflow" / "rules"
-COMMON_SMK = RULES_DIR / "common.smk"
 DEFAULT_PROFILE = ROOT / "profiles" / "slurm"
 
 GIB = 2**30
@@ -93,22 +93,12 @@ class ModelInfo:
 # --- 1. GPUs -------------------------------------------------------------------------------------------
 
 
-def _smk_constant(name: str, path: Path = COMMON_SMK):
-    """The literal value of ``NAME = <literal>`` in a rule file (common.smk is no plain Python module)."""
-    m = re.search(rf"^{name}\s*=\s*(.+)$", path.read_text(), re.M)
-    if m is None:
-        raise KeyError(f"{path} has no line '{name} = ...'")
-    return ast.literal_eval(m.group(1).strip())
-
-
 def requested_gpus(config: dict) -> tuple[dict, list[str]]:
-    """GPUs per job as the rules ask for them (workflow/rules/common.smk: TRAIN_GPUS, EVAL_GPUS,
-    SINGLE_GPU = min(TRAIN_GPUS, 1)), and notes on where each number came from."""
+    """GPUs per job of each kind (train, evaluate, single: teacher_check, compute_drift) as the rules ask for
+    them (:func:`sdpocl.resources.gpus_by_kind`), and notes on where each number came from. Unlike the rules,
+    it takes configs without the keys (older schemas) or with an unknown preset: 1 GPU, and said so."""
     notes, out = [], {}
-    try:
-        presets = _smk_constant("_PRESET_GPUS")
-    except (OSError, KeyError, ValueError, SyntaxError) as exc:
-        presets, notes = {}, [f"cannot read the presets' GPU counts from {COMMON_SMK.name} ({exc})"]
+    presets = resources.PRESET_GPUS
     for section in ("train", "evaluate"):
         sect = config.get(section) or {}
         if "gpus_per_job" not in sect:
@@ -122,8 +112,7 @@ def requested_gpus(config: dict) -> tuple[dict, list[str]]:
         else:
             out[section] = 1
             notes.append(f"{section}.gpus_per_job null and no preset default found: assuming 1")
-    out["single"] = min(out["train"], 1)  # teacher_check, compute_drift
-    return out, notes
+    return resources.kind_gpus(out["train"], out["evaluate"]), notes
 
 
 def visible_gpus() -> list[tuple[str, int]]:
@@ -742,19 +731,17 @@ def read_profile(profile_path: str | Path) -> dict:
 
 
 def rule_resources(rules_dir: Path = RULES_DIR) -> dict[str, dict]:
-    """Per rule of workflow/rules/*.smk: its ``gpu_resources(<GPUS>, mem_mb=...)`` (which GPU count and the
-    CPU job's memory), ``threads`` and whether it is a local rule, read from the rule files' text."""
+    """Per rule of workflow/rules/*.smk: its ``threads`` (a number, or ``THREADS`` = ``train.threads``) and
+    whether it is a local rule, read from the rule files' text. (Its GPUs, CPUs and memory, for the rules
+    that have GPUs: :mod:`sdpocl.resources`.)"""
     out = {}
     for smk in sorted(rules_dir.glob("*.smk")):
         text = smk.read_text()
         starts = [(m.start(), m.group(1)) for m in re.finditer(r"^\s*rule (\w+):", text, re.M)]
         for i, (pos, name) in enumerate(starts):
             block = text[pos : starts[i + 1][0] if i + 1 < len(starts) else len(text)]
-            gpu = re.search(r"gpu_resources\(\s*(\w+)\s*(?:,\s*mem_mb=(\d+))?\s*\)", block)
             threads = re.search(r"^\s*threads:\s*(\w+)", block, re.M)
             out[name] = {
-                "gpus": gpu.group(1) if gpu else None,
-                "cpu_mem_mb": int(gpu.group(2)) if gpu and gpu.group(2) else None,
                 "threads": threads.group(1) if threads else "1",
                 "local": bool(re.search(r"^\s*localrule:\s*True", block, re.M)),
             }
@@ -773,17 +760,13 @@ def _eval_resource(value, attempt: int = 1, threads: int = 1):
 
 def slurm_requests(config: dict, profile: dict) -> dict[str, dict]:
     """What each non-local rule family asks Slurm for at attempt 1: ``default-resources``, then the rule's own
-    resources (its GPUs from the config: workflow/rules/common.smk gpu_resources), then ``set-resources``."""
+    resources (its GPUs from the config: :mod:`sdpocl.resources`, as the rules' ``job_resources``), then
+    ``set-resources``."""
     req, _ = requested_gpus(config)
-    try:
-        cpus_per_gpu, mem_per_gpu = _smk_constant("CPUS_PER_GPU"), _smk_constant("MEM_MB_PER_GPU")
-    except (OSError, KeyError, ValueError, SyntaxError):
-        cpus_per_gpu, mem_per_gpu = 8, 48000
-    gpu_vars = {"TRAIN_GPUS": req["train"], "EVAL_GPUS": req["evaluate"], "SINGLE_GPU": req["single"]}
     rules = rule_resources()
     default = profile.get("default-resources") or {}
     overrides = profile.get("set-resources") or {}
-    names = [r for r in overrides if r in rules] + [r for r, spec in rules.items() if spec["gpus"]]
+    names = [r for r in overrides if r in rules] + [r for r in rules if r in resources.RULE_GPUS]
     out = {}
     for name in dict.fromkeys(names):
         spec = rules[name]
@@ -791,11 +774,10 @@ def slurm_requests(config: dict, profile: dict) -> dict[str, dict]:
             continue
         threads = int(config["train"]["threads"]) if spec["threads"] == "THREADS" else int(spec["threads"])
         own: dict = {}
-        gpus = gpu_vars.get(spec["gpus"], 0) if spec["gpus"] else 0
-        if gpus:
-            own = {"gpu": gpus, "cpus_per_task": max(threads, cpus_per_gpu) * gpus, "mem_mb": mem_per_gpu * gpus}
-        elif spec["cpu_mem_mb"]:
-            own = {"mem_mb": spec["cpu_mem_mb"]}
+        if name in resources.RULE_GPUS:
+            gpus = req[resources.RULE_GPUS[name]]
+            own = resources.gpu_resources(gpus, **resources.cpu_job(name))
+            own = {k: v(None, threads) if callable(v) else v for k, v in own.items()}  # cpus_per_task(wc, threads)
         merged = {**default, **own, **(overrides.get(name) or {})}
         merged = {k: _eval_resource(v, threads=threads) for k, v in merged.items()}
         merged.setdefault("cpus_per_task", threads)
