@@ -19,7 +19,11 @@ import pytest
 SCRIPT = Path(__file__).parent / "dist" / "frozen_ranks.py"
 
 
-def run_ranks(model_dir, work, case) -> dict:
+CASES = ("trl", "frozen", "ema", "resume")
+
+
+def run_ranks(model_dir, work, cases) -> dict:
+    """Every case in one torchrun launch (starting the ranks is most of the time); {case: {rank: values}}."""
     env = {
         **os.environ,
         "ACCELERATE_USE_FSDP": "true",
@@ -29,33 +33,33 @@ def run_ranks(model_dir, work, case) -> dict:
     cmd = [
         sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
         "--rdzv-backend", "c10d", "--rdzv-endpoint", "localhost:0",
-        str(SCRIPT), str(model_dir), str(work), case,
+        str(SCRIPT), str(model_dir), str(work), *cases,
     ]  # fmt: skip
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-4000:]
     results = {}
     for m in re.finditer(r"RESULT (\w+) rank (\d) (\{.*?\})(?=RESULT|\n|$)", out):
-        results.setdefault(int(m.group(2)), {}).update(json.loads(m.group(3)))
+        results.setdefault(m.group(1), {}).setdefault(int(m.group(2)), {}).update(json.loads(m.group(3)))
     print(out[-2000:])
     return results
 
 
 @pytest.fixture(scope="module")
-def model_dir(tiny_standin):
-    return tiny_standin[0]
+def ranks(tiny_standin, tmp_path_factory):
+    return run_ranks(tiny_standin[0], tmp_path_factory.mktemp("ranks"), CASES)
 
 
-def test_trl_way_leaves_rank1_with_zeros_and_the_check_catches_it(model_dir, tmp_path):
-    r = run_ranks(model_dir, tmp_path, "trl")
+def test_trl_way_leaves_rank1_with_zeros_and_the_check_catches_it(ranks):
+    r = ranks["trl"]
     assert r[0]["local_embedding_abs_sum"] > 0
     assert r[1]["local_embedding_abs_sum"] == 0.0  # transformers' zeros, never broadcast
     assert "rank 1: the teacher's weights differ" in r[1]["error"]
     assert "another rank's teacher differs" in r[0]["error"]
 
 
-def test_frozen_copy_is_right_on_every_rank(model_dir, tmp_path):
-    r = run_ranks(model_dir, tmp_path, "frozen")
+def test_frozen_copy_is_right_on_every_rank(ranks):
+    r = ranks["frozen"]
     for rank in (0, 1):
         assert r[rank]["checked"] > 0
         assert r[rank]["local_embedding_abs_sum"] > 0
@@ -64,14 +68,14 @@ def test_frozen_copy_is_right_on_every_rank(model_dir, tmp_path):
     assert all(v > 0 for v in r[1]["inv_freq_abs_sums"])
 
 
-def test_ema_update_between_sharded_student_and_teacher(model_dir, tmp_path):
-    r = run_ranks(model_dir, tmp_path, "ema")
+def test_ema_update_between_sharded_student_and_teacher(ranks):
+    r = ranks["ema"]
     # teacher <- 0.95 teacher + 0.05 (parent + 0.25) == parent + 0.0125, element by element
     assert r[0]["ema_max_abs_error"] < 1e-6
 
 
-def test_saved_teacher_resumes_identically_on_every_rank(model_dir, tmp_path):
-    r = run_ranks(model_dir, tmp_path, "resume")
+def test_saved_teacher_resumes_identically_on_every_rank(ranks):
+    r = ranks["resume"]
     assert r[0]["resumed_max_abs_diff"] == 0.0
     assert r[0]["checked"] == r[1]["checked"] > 0
 

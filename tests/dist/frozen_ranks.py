@@ -2,7 +2,7 @@
 :mod:`sdpocl.train.frozen` on two ranks, with the environment accelerate's FSDP launch sets
 (``ACCELERATE_USE_FSDP``, ``FSDP_CPU_RAM_EFFICIENT_LOADING``), so transformers loads zeros on rank 1.
 
-Usage: frozen_ranks.py MODEL_DIR WORK_DIR CASE   (CASE: trl | frozen | ema | resume)
+Usage: frozen_ranks.py MODEL_DIR WORK_DIR CASE...   (CASE: trl | frozen | ema | resume; one launch runs them all)
 Each case prints ``RESULT <case> rank <r> <json>`` lines and exits non-zero on a failed check.
 """
 
@@ -24,14 +24,21 @@ def full_state(model) -> dict:
     return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
 
 
-def main(model_dir: str, work: str, case: str) -> None:
+def main(model_dir: str, work: str, *cases: str) -> None:
+    dist.init_process_group("gloo")
+    mesh = init_device_mesh("cpu", (dist.get_world_size(),))
+    for case in cases:
+        run_case(model_dir, work, case, mesh)
+        dist.barrier()
+    dist.destroy_process_group()
+
+
+def run_case(model_dir: str, work: str, case: str, mesh) -> None:
     from torch.distributed.fsdp import fully_shard
     from trl.trainer.utils import create_model_from_path
 
     from sdpocl.train.frozen import WrongWeightsError, build_frozen_copy, check_shards, load_from_rank0
 
-    dist.init_process_group("gloo")
-    mesh = init_device_mesh("cpu", (dist.get_world_size(),))
     rank = dist.get_rank()
     kwargs = {"dtype": torch.float32}
 
@@ -87,9 +94,7 @@ def main(model_dir: str, work: str, case: str) -> None:
                 report(case, checked=n)
     else:
         raise SystemExit(f"unknown case {case}")
-    dist.barrier()
-    dist.destroy_process_group()
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:4])
+    main(*sys.argv[1:])

@@ -14,7 +14,10 @@ two-process ``accelerate launch`` with the one-process run weight for weight:
 * **GRPO's mini-batches**: TRL shuffles each process's rollout batch before splitting it into the
   optimizer steps' micro-batches. With ``SDPOCL_TEST_EMULATE="W,c"`` (the one-process run) the batch is
   ordered so that optimizer step ``j`` gets exactly the rows that ``W`` processes with micro-batches
-  of ``c`` rows would give it; without it (the ``W``-process run) the order is kept.
+  of ``c`` rows would give it; without it (the ``W``-process run) the order is kept;
+* **a slow rank 1 at a save** (``SDPOCL_TEST_RANK1_SAVE_DELAY`` seconds, only where set): rank 1
+  writes its RNG state into the trainer checkpoint that late, so a rank 0 that moves the checkpoint
+  away without waiting for the other ranks is caught every time, not once in a while.
 
 Everything else -- batch plan, TRL's trainers, DDP's gradient averaging, the cross-rank gathers,
 saving, resuming -- is the stage's own code.
@@ -23,6 +26,7 @@ saving, resuming -- is the stage's own code.
 import hashlib
 import os
 import sys
+import time
 
 import torch
 import transformers
@@ -77,9 +81,7 @@ def emulated_order(n: int, world: int, micro: int) -> list[int]:
     """Rows of a one-process batch of ``n`` in the order that makes its micro-batch ``k * world + r``
     rank ``r``'s micro-batch ``k`` of a ``world``-process run (each rank holding ``n / world`` rows)."""
     per_rank = n // world
-    return [
-        r * per_rank + k * micro + i for k in range(per_rank // micro) for r in range(world) for i in range(micro)
-    ]
+    return [r * per_rank + k * micro + i for k in range(per_rank // micro) for r in range(world) for i in range(micro)]
 
 
 def ordered_sequence_dict(seq_dict: dict) -> dict:
@@ -99,6 +101,15 @@ def ordered_sequence_dict(seq_dict: dict) -> dict:
     return {k: permute(v) for k, v in seq_dict.items()}
 
 
+_save_rng_state = transformers.Trainer._save_rng_state
+
+
+def late_rank1_rng_state(self, output_dir):
+    if self.args.process_index == 1:
+        time.sleep(float(os.environ["SDPOCL_TEST_RANK1_SAVE_DELAY"]))
+    return _save_rng_state(self, output_dir)
+
+
 def install() -> None:
     import trl.trainer.grpo_trainer as grpo
 
@@ -107,6 +118,8 @@ def install() -> None:
     GenerationMixin.generate = seeded_generate
     grpo.shuffle_sequence_dict = ordered_sequence_dict
     stage.stage_reward = lambda settings: odd_length
+    if os.environ.get("SDPOCL_TEST_RANK1_SAVE_DELAY"):
+        transformers.Trainer._save_rng_state = late_rank1_rng_state
 
 
 if __name__ == "__main__":
