@@ -127,6 +127,11 @@ def _callbacks(tag: str, plan: BatchPlan, patience: int, stop_on_collapse: bool,
             # format the trainer's own checkpoint has (FSDP checkpoints hold sharded state, not a model)
             student = _full_state_dict(model)
             teacher = _full_state_dict(self.teacher) if self.teacher is not None else None
+            if distributed():
+                # every rank has written its part of the trainer checkpoint (its RNG state) before rank 0 moves it
+                import torch.distributed as dist
+
+                dist.barrier()
             if not state.is_world_process_zero:
                 return
             if teacher is not None:
@@ -154,10 +159,12 @@ def resume_point(state_dir: Path, fp: str, tag: str) -> Path | None:
     """The checkpoint to resume from, decided on rank 0 and broadcast (the ranks must agree, or they hang):
     rank 0 discards resume state of other settings, records this fingerprint and picks the newest complete
     checkpoint; the other ranks wait for it and read nothing themselves."""
+    import torch
     from accelerate import PartialState
     from accelerate.utils import broadcast_object_list
 
-    proc = PartialState()
+    # cpu= as the trainer will: without it, CPU ranks under torchrun would each be a main process of their own
+    proc = PartialState(cpu=not torch.cuda.is_available())
     choice = [None]
     if proc.is_main_process:
         fp_file = state_dir / "fingerprint"

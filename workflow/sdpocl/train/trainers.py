@@ -596,12 +596,31 @@ class MaskedSDPOTrainer(RolloutScheduleMixin, SDPOTrainer):
             keep = teacher_top1_prob(out.teacher_logits) > t
             before = out.loss_mask.sum()
             out.loss_mask = out.loss_mask * keep.to(out.loss_mask.dtype)
-            kept = (out.loss_mask.sum() / before.clamp(min=1)).item() if before > 0 else float("nan")
-            self._metrics[mode]["confidence_kept_fraction"].append(kept)
+            kept = out.loss_mask.sum() / before.clamp(min=1) if before > 0 else torch.tensor(float("nan"))
+            self._metrics[mode]["confidence_kept_fraction"].append(self._rank_mean(kept))
         # over the whole batch's completion tokens, also when only the distilled rows came through
         completion_tokens = inputs.get("full_completion_tokens", out.completion_mask.sum()).clamp(min=1)
-        self._metrics[mode]["distill_token_fraction"].append((out.loss_mask.sum() / completion_tokens).item())
+        self._metrics[mode]["distill_token_fraction"].append(self._rank_mean(out.loss_mask.sum() / completion_tokens))
         return out
+
+    def _rank_mean(self, value: torch.Tensor) -> float:
+        """A metric's mean over the ranks (every rank computes it for each micro-batch), not rank 0's own."""
+        value = value.detach().float().reshape(()).to(self.accelerator.device)
+        return self.accelerator.gather(value).nanmean().item()
+
+    def _compute_self_distillation_loss(self, model, inputs, distillation_logits):
+        """TRL's, except on several ranks: TRL returns early on a micro-batch without a demonstrated token and so
+        skips the gather of the distillation loss that the other ranks make -- a deadlock at the first such
+        micro-batch (micro-batch 1: nearly every step). Such a rank joins the gather with a zero, and the logged
+        loss is the ranks' mean, as on the other path."""
+        empty = bool(distillation_logits.loss_mask.sum() == 0)
+        loss = super()._compute_self_distillation_loss(model, inputs, distillation_logits)
+        if empty and self.accelerator.num_processes > 1:
+            value = self.accelerator.gather(torch.zeros((), device=self.accelerator.device)).mean().item()
+            mode = "train" if model.training else "eval"
+            for key in [k for k in self._metrics[mode] if k.endswith("distillation_loss")]:
+                self._metrics[mode][key][-1] = value
+        return loss
 
 
 def teacher_top1_prob(teacher_logits: torch.Tensor) -> torch.Tensor:
