@@ -110,6 +110,15 @@ def test_nothing_changed_schedules_nothing(smoke_results):
     assert scheduled_jobs(dry_run(smoke_results, "figures")) == {}
 
 
+@pytest.mark.parametrize("report_to", ["none", "tensorboard"])
+def test_live_curves_setting_reruns_nothing(smoke_results, tmp_path, report_to):
+    """train.report_to switches the TensorBoard logs, which are not outputs: no stage reruns."""
+    cfg = smoke_config()
+    cfg["train"]["report_to"] = report_to
+    out = dry_run(smoke_results, configfile=write_config(tmp_path, cfg))
+    assert scheduled_jobs(out) == {}, describe_jobs(out)
+
+
 def test_difficulty_at_its_defaults_reruns_nothing_and_a_harder_domain_rebuilds_its_data(smoke_results, tmp_path):
     """``data.difficulty`` written out at its defaults changes no param or command (results made
     before the knob existed stay valid); a harder MATH regenerates the MATH data, so the base and

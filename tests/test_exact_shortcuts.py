@@ -14,11 +14,13 @@ import torch
 
 from sdpocl.config import expand_runs, stage_settings, validate_config
 from sdpocl.rewards import code as code_rewards
-from sdpocl.train import trainers
+from sdpocl.train import grpo, sdpo, shortcuts, trainers
+from sdpocl.train.grpo import SchedGRPOTrainer
 from sdpocl.train.methods import RunSpec
 from sdpocl.train.plan import batch_plan
-from sdpocl.train.stage import build_trainer, step_log
-from sdpocl.train.trainers import SchedGRPOTrainer, select_rows
+from sdpocl.train.shortcuts import select_rows
+from sdpocl.train.stage import build_trainer
+from sdpocl.train.steplog import step_log
 
 
 def flat_or_parity(completions, flat, **kwargs):
@@ -100,13 +102,14 @@ def _spy(monkeypatch, owner, name):
 def _rows_spy(monkeypatch):
     """Rows of every batch the row shortcuts cut down (kept, all)."""
     seen = []
-    orig = trainers.select_rows
+    orig = shortcuts.select_rows
 
     def spy(inputs, rows):
         seen.append((rows.numel(), inputs["completion_ids"].size(0)))
         return orig(inputs, rows)
 
-    monkeypatch.setattr(trainers, "select_rows", spy)
+    for family in (grpo, sdpo):
+        monkeypatch.setattr(family, "select_rows", spy)
     return seen
 
 

@@ -8,7 +8,7 @@ import pytest
 
 from sdpocl.chain import stage_dir
 from sdpocl.evaluate.goals import forgetting, goal_report, pooled_z, reward_rise, stage_learning, t_interval
-from sdpocl.train.stage import summarize
+from sdpocl.train.steplog import summarize
 
 DOMAINS = ["math", "science", "tooluse"]
 

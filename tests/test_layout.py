@@ -2,42 +2,15 @@
 
 from __future__ import annotations
 
-import ast
 import re
 import shutil
 import subprocess
 
 import pytest
+from import_graph import PKG
+from import_graph import imports as _imports
+from import_graph import module_name as _module_name
 from workflow_utils import BIN, ROOT
-
-PKG = ROOT / "workflow" / "sdpocl"
-
-
-def _module_name(path) -> str:
-    rel = path.relative_to(PKG.parent).with_suffix("")
-    parts = list(rel.parts)
-    if parts[-1] == "__init__":
-        parts.pop()
-    return ".".join(parts)
-
-
-def _imports(source: str, module: str, is_package: bool) -> set[str]:
-    """sdpocl modules a source imports (anywhere: rules import lazily inside functions)."""
-    out = set()
-    for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.Import):
-            out |= {alias.name for alias in node.names}
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:  # relative: resolve against this module's package
-                base = module.split(".")
-                base = base if is_package else base[:-1]
-                base = base[: len(base) - (node.level - 1)]
-                target = ".".join(base + ([node.module] if node.module else []))
-            else:
-                target = node.module or ""
-            out.add(target)
-            out |= {f"{target}.{alias.name}" for alias in node.names}  # `from pkg import submodule`
-    return {name for name in out if name == "sdpocl" or name.startswith("sdpocl.")}
 
 
 def test_every_module_is_reached_from_the_rules():

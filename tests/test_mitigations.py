@@ -201,7 +201,7 @@ def test_hybrid_loss_blends_grpo_and_sdpo(tiny, smoke_config, tmp_path):
 def test_sdpo_kl_term_is_zero_at_the_reference_and_positive_after_moving(tiny, smoke_config, tmp_path):
     from transformers import AutoModelForCausalLM
 
-    from sdpocl.train.trainers import k3_kl
+    from sdpocl.train.anchor import k3_kl
 
     base, _, recs = tiny
     beta = 0.5
@@ -554,7 +554,7 @@ def test_mitigation_runs_have_distinct_names_labels_and_are_variants():
 
 
 # ----------------------------------------------------------------------------------------------
-# 7. config/mitigations.yaml and the README example
+# 7. config/mitigations.yaml and the docs/methods.md example
 
 
 #: the keys of config/mitigations.yaml that differ from today's tiny default: the values of the preset
@@ -626,8 +626,8 @@ def test_mitigations_doc_reports_every_run_of_the_grid():
     assert "figures/mitigations.csv" in doc and "config/mitigations.yaml" in doc
 
 
-def test_readme_documents_a_hybrid_run():
-    text = (ROOT / "README.md").read_text()
+def test_methods_doc_documents_a_hybrid_run():
+    text = (ROOT / "docs" / "methods.md").read_text()
     assert "distillation_weight: 0.5" in text and "config/mitigations.yaml" in text
 
 

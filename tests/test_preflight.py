@@ -5,6 +5,8 @@ and the on-demand rule `preflight`."""
 from __future__ import annotations
 
 import copy
+import importlib.metadata
+import importlib.util
 import json
 import re
 import shutil
@@ -52,13 +54,11 @@ def fake_gpus(monkeypatch, n: int, gib: float = 80.0, name: str = "NVIDIA H100 8
 
 
 def no_vllm(monkeypatch):
-    find_spec = pf.importlib.util.find_spec
-    monkeypatch.setattr(
-        pf.importlib.util, "find_spec", lambda name, *a: None if name == "vllm" else find_spec(name, *a)
-    )
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "vllm" else find_spec(name, *a))
 
 
-#: Qwen3-4B's shapes (its config.json): what the memory tests and the README's table use
+#: Qwen3-4B's shapes (its config.json): what the memory tests and docs/paper-preset.md's memory table use
 QWEN3_4B = dict(hidden=2560, layers=36, vocab=151936, prompt_tokens=2048, response_tokens=8192)
 
 
@@ -129,11 +129,11 @@ def test_missing_vllm_fails_on_a_gpu_node_for_the_paper_preset(monkeypatch, pape
 
 
 def test_vllm_present_reports_its_version(monkeypatch, paper):
-    find_spec = pf.importlib.util.find_spec
+    find_spec = importlib.util.find_spec
     monkeypatch.setattr(
-        pf.importlib.util, "find_spec", lambda name, *a: object() if name == "vllm" else find_spec(name, *a)
+        importlib.util, "find_spec", lambda name, *a: object() if name == "vllm" else find_spec(name, *a)
     )
-    monkeypatch.setattr(pf.importlib.metadata, "version", lambda name: "0.31.0")
+    monkeypatch.setattr(importlib.metadata, "version", lambda name: "0.31.0")
     check = pf.check_vllm(paper, [("NVIDIA H100", 80 * GIB)])
     assert check.status == "ok" and check.message == "vLLM 0.31.0 importable"
 
@@ -227,7 +227,7 @@ def test_memory_estimate_by_hand_for_qwen3_4b():
     update   18.71958 + 0.56361 + 1.7578125 + 13.91015625 + 1 + 1.5 (vLLM asleep) = 37.45116
     vllm     0.3 x 80                                                     = 24.0
     rollout  18.71958 + 1 + 24                                            = 43.71958
-    total    max(rollout, update)                                         = 43.71958  (README: ~44 GB)
+    total    max(rollout, update)                                         = 43.71958  (docs/paper-preset.md: ~44 GB)
     smallest GPU: max(update 37.45116, (18.71958 + 1) / 0.7 = 28.17083)  = 37.45116
     """
     est = pf.train_memory_estimate(4.02e9, 4, **QWEN3_4B, teacher=True, vllm_fraction=0.3, gpu_memory_gib=80)
@@ -255,7 +255,7 @@ def test_memory_estimate_by_hand_without_teacher_and_on_other_gpu_counts():
     """GRPO (no teacher): states 16 B x 4.02e9 / 4 = 14.97567, gathered 2 layers = 2/3 x 0.56361 = 0.37574,
     logits halved = 6.95508; update = 14.97567 + 0.37574 + 1.75781 + 6.95508 + 1 + 1.5 = 26.5643.
     SDPO on 2 GPUs: states double (37.43917); rollout 37.43917 + 1 + 24 = 62.43917 (78% of 80 GiB: more than
-    the 75% an estimate may fill); on 8: states 9.35979, rollout 34.35979 (README: ~34 GB)."""
+    the 75% an estimate may fill); on 8: states 9.35979, rollout 34.35979 (docs/paper-preset.md: ~34 GB)."""
     grpo = pf.train_memory_estimate(4.02e9, 4, **QWEN3_4B, teacher=False)
     assert grpo["teacher"] == 0 and "vllm" not in grpo and "total" not in grpo
     assert grpo["gathered"] == pytest.approx(0.37574, abs=1e-4)
@@ -331,10 +331,10 @@ def test_disk_check_with_little_and_much_free_space(monkeypatch, tiny_standin, p
     _, info = pf.check_base(config, tmp_path)
     est = pf.grid_disk_estimate(config, info.n_params, tmp_path, jobs=64)
     for free, status in [(1000, "fail"), (est["kept"] + 1, "warn"), (est["total"] * 2, "ok")]:
-        monkeypatch.setattr(pf.shutil, "disk_usage", lambda path, free=free: DiskUsage(10**15, 0, free))
+        monkeypatch.setattr(shutil, "disk_usage", lambda path, free=free: DiskUsage(10**15, 0, free))
         check = pf.check_disk(config, tmp_path / "results", info, jobs=64)
         assert check.status == status, (free, check)
-    monkeypatch.setattr(pf.shutil, "disk_usage", lambda path: DiskUsage(10**15, 0, 1000))
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: DiskUsage(10**15, 0, 1000))
     check = pf.check_disk(config, tmp_path / "results", info)
     assert "0.0 MB free" in check.message and "results=" in check.fix
 
@@ -410,7 +410,7 @@ def test_report_and_cli_exit_status(monkeypatch, tiny_standin, paper, tmp_path, 
     validate_config(yaml.safe_load(path.read_text()))
     assert "preflight" in build_parser().format_help()
 
-    monkeypatch.setattr(pf.shutil, "disk_usage", lambda p: DiskUsage(10**15, 0, 10**14))
+    monkeypatch.setattr(shutil, "disk_usage", lambda p: DiskUsage(10**15, 0, 10**14))
     out = tmp_path / "report.txt"
     assert main(["preflight", "--config", str(path), "--out", str(out)]) == 0  # warnings only
     report = capsys.readouterr().out
@@ -420,7 +420,7 @@ def test_report_and_cli_exit_status(monkeypatch, tiny_standin, paper, tmp_path, 
     assert f"--config {path}" in report  # the fixes name the config file
     assert report.rstrip().splitlines()[-1].startswith("preflight passed (0 failed")
 
-    monkeypatch.setattr(pf.shutil, "disk_usage", lambda p: DiskUsage(10**15, 0, 1000))
+    monkeypatch.setattr(shutil, "disk_usage", lambda p: DiskUsage(10**15, 0, 1000))
     with pytest.raises(SystemExit) as exc:
         main(["preflight", "--config", str(path)])
     assert exc.value.code == 1

@@ -13,7 +13,7 @@ import time
 import pytest
 
 from sdpocl.rewards import sandbox
-from sdpocl.rewards.sandbox import SandboxResult, run_batch, run_program
+from sdpocl.rewards.sandbox import SandboxResult, client, run_batch, run_program
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux sandbox")
 
@@ -182,7 +182,7 @@ def test_overall_timeout_kills_runner_and_children(monkeypatch):
     try:
         os.chmod(base, 0o755)
         monkeypatch.setattr(tempfile, "tempdir", base)
-        monkeypatch.setattr(sandbox, "_OVERALL_SLACK_S", -0.4)  # overall limit 0.6 s
+        monkeypatch.setattr(client, "_OVERALL_SLACK_S", -0.4)  # overall limit 0.6 s
         t0 = time.monotonic()
         res = run_batch(["import time\ntime.sleep(100)"], timeout_s=TIMEOUT)
         assert time.monotonic() - t0 < 5

@@ -13,6 +13,7 @@ from safetensors.torch import load_file
 from workflow_utils import BIN, ROOT, scheduled_jobs, snakemake
 
 from sdpocl.config import chains_for, expand_runs, load_config, run_by_name, stage_settings
+from sdpocl.train.curves import ROOT_ENV, read_scalars, stage_curves_dir
 from sdpocl.train.weights import has_weights
 
 pytestmark = pytest.mark.slow
@@ -54,6 +55,7 @@ def test_every_stage_written(smoke_results):
                 else str(smoke_results / "runs" / run.name / "/".join(chain[:-1]) / "model")
             )
             assert os.path.samefile(resolved["parent_model"], expected_parent)
+            assert_curves_match_log(stage_curves_dir(smoke_results / "tensorboard", run.name, chain), log)
             n += 1
     assert n == 26
     leftovers = [p for p in (smoke_results / "state").rglob("*") if p.is_file()]
@@ -81,6 +83,20 @@ def test_resolved_config_records_the_method(smoke_results):
 def test_nothing_to_do_after_a_full_run(smoke_results):
     proc = snakemake("-n", results=smoke_results)
     assert scheduled_jobs(proc.stdout) == {}, proc.stdout[-2000:]
+
+
+def assert_curves_match_log(curves_dir, log: list[dict]) -> None:
+    """The stage's TensorBoard run, read back with TensorBoard's event reader, holds every column of
+    ``train_log.jsonl`` at the same rollout steps, once each (float32 in the event files)."""
+    scalars = read_scalars(curves_dir)
+    columns = {key for row in log for key in row if key != "step"}
+    assert columns and columns <= set(scalars), (sorted(columns - set(scalars)), sorted(scalars))
+    for column in columns:
+        expected = [(row["step"], row[column]) for row in log if column in row]
+        got = scalars[column]
+        assert [step for step, _ in got] == [step for step, _ in expected], column  # no gap, no duplicate
+        assert [value for _, value in got] == pytest.approx([value for _, value in expected], rel=1e-6), column
+    assert any(tag.startswith("trl/") for tag in scalars)  # TRL's own keys beside ours
 
 
 def _train(settings, parent, data, out, state, env=None):
@@ -113,22 +129,32 @@ def test_resume_after_kill_matches_uninterrupted(smoke_results, tmp_path, run_na
     full = _train(settings, parent, data, tmp_path / "full", tmp_path / "full_state")
     assert full.returncode == 0, full.stderr[-3000:]
 
+    curves = {ROOT_ENV: str(tmp_path / "tensorboard")}  # the live curves of the killed and resumed stage
     killed = _train(
         settings,
         parent,
         data,
         tmp_path / "resumed",
         tmp_path / "resumed_state",
-        env={"SDPOCL_KILL_AFTER_CHECKPOINT": "4"},
+        env={"SDPOCL_KILL_AFTER_CHECKPOINT": "4", **curves},
     )
     assert killed.returncode != 0
     assert not (tmp_path / "resumed" / "summary.json").exists()
     assert (tmp_path / "resumed_state" / "resume-step-4" / "COMPLETE").exists()
     assert not (tmp_path / "resumed_state" / "resume-step-2").exists()  # only the latest resume state is kept
+    curves_dir = stage_curves_dir(tmp_path / "tensorboard", run_name, ["math"])
+    assert [step for step, _ in read_scalars(curves_dir)["reward"]] == [1, 2, 3, 4]
+    # a job killed later than its checkpoint has logged steps the resumed stage logs again
+    from torch.utils.tensorboard import SummaryWriter
 
-    resumed = _train(settings, parent, data, tmp_path / "resumed", tmp_path / "resumed_state")
+    with SummaryWriter(str(curves_dir)) as late:
+        late.add_scalar("reward", -1.0, 5)
+
+    resumed = _train(settings, parent, data, tmp_path / "resumed", tmp_path / "resumed_state", env=curves)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "resuming from resume-step-4" in resumed.stdout
+    log = [json.loads(line) for line in (tmp_path / "resumed" / "train_log.jsonl").read_text().splitlines()]
+    assert_curves_match_log(curves_dir, log)  # steps 1-6 once each: the killed job's step 5 is gone
 
     a = load_file(str(tmp_path / "full" / "model" / "model.safetensors"))
     b = load_file(str(tmp_path / "resumed" / "model" / "model.safetensors"))

@@ -2,7 +2,8 @@
 
 import math
 
-from sdpocl.train.stage import COMPLETE, fingerprint, last_complete_checkpoint, step_log, summarize
+from sdpocl.train.resume import COMPLETE, fingerprint, last_complete_checkpoint
+from sdpocl.train.steplog import step_log, summarize
 
 
 def test_step_log_maps_grpo_and_sdpo_keys():

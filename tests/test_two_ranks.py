@@ -85,14 +85,14 @@ def test_sdpo_trainer_builds_its_teacher_as_a_checked_frozen_copy_under_fsdp(mon
     builds a separate teacher through :func:`sdpocl.train.fsdp.frozen_copy`, never TRL's zero-filled one."""
     from types import SimpleNamespace
 
-    from sdpocl.train import trainers
+    from sdpocl.train import sdpo
 
     built = []
-    monkeypatch.setattr(trainers, "frozen_copy", lambda tr, source, what: built.append((source, what)) or "T")
-    monkeypatch.setattr(trainers.SDPOTrainer, "_setup_teacher_model", lambda self: built.append("trl"))
+    monkeypatch.setattr(sdpo, "frozen_copy", lambda tr, source, what: built.append((source, what)) or "T")
+    monkeypatch.setattr(sdpo.SDPOTrainer, "_setup_teacher_model", lambda self: built.append("trl"))
     for kind, callbacks in (("base", 0), ("ema", 1)):
         built.clear()
-        trainer = object.__new__(trainers.MaskedSDPOTrainer)
+        trainer = object.__new__(sdpo.MaskedSDPOTrainer)
         added = []
         trainer.__dict__.update(
             args=SimpleNamespace(teacher_model_kind=kind),

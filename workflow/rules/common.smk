@@ -29,6 +29,7 @@ from sdpocl.jobserver import ENV as JOB_SERVER_ENV
 from sdpocl.prompts import resolve_prompt_format
 from sdpocl.resources import job_resources  # the GPU-capable rules' resources (GPUs, CPUs, memory)
 from sdpocl.train.paper_base import BaseModelError, check_base_available
+from sdpocl.train.curves import ROOT_ENV as CURVES_ENV, tensorboard_root
 from sdpocl.plot.tables import BASE_META, FIGURE_CATEGORIES, FIGURE_DATA, FIGURE_TABLES
 
 try:
@@ -38,6 +39,11 @@ except ConfigError as exc:
     raise WorkflowError(str(exc)) from None
 
 RESULTS = config["results"]
+try:  # live curves (train.report_to): the jobs' `sdpocl train-stage` reads the root from the environment,
+    # so that switching them reruns nothing (not a param, not a shell change); cluster jobs re-parse this file
+    os.environ[CURVES_ENV] = tensorboard_root(RESULTS, config["train"]["report_to"])
+except ValueError as exc:
+    raise WorkflowError(str(exc)) from None
 RUNS = {run.name: run for run in expand_runs(config)}
 TINY = config["preset"] == "tiny"
 #: the base model every stage 1, evaluate-base and compute-drift read: built (tiny preset) or

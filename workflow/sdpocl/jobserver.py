@@ -5,6 +5,8 @@ lm-eval before it does anything: ~7 s of CPU on this 2-core machine, more than a
 training or evaluation job computes. The server imports them once per Snakemake invocation;
 each job's `sdpocl` command then only connects, and the server forks a child that runs the
 command with the job's arguments, working directory, environment and standard streams (its log).
+The child runs it from the command table (:mod:`sdpocl.commands`); the front door that connects
+(:mod:`sdpocl.cli`) imports this module, not the other way round.
 
 Snakemake still starts, times and kills the jobs as usual (the client process is the job): the
 client's exit status is the child's, and if the client dies (Snakemake cancelling a job) the
@@ -30,6 +32,8 @@ import threading
 import time
 import traceback
 from pathlib import Path
+
+from sdpocl.commands import run as run_command
 
 ENV = "SDPOCL_JOB_SERVER"  # the server's socket path; set for the jobs of a local run
 _MAX_FDS = 3
@@ -208,10 +212,8 @@ def _child(conn: socket.socket) -> int:
     sys.argv = ["sdpocl", *request["argv"]]
     threading.Thread(target=_watch_client, args=(conn,), daemon=True).start()
 
-    from sdpocl.cli import main
-
     try:
-        status = main(request["argv"])
+        status = run_command(request["argv"])
     except SystemExit as exc:  # argparse errors, explicit exits
         status = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     except BaseException:  # noqa: BLE001 - report like an uncaught exception would

@@ -11,8 +11,9 @@ a GPU count reruns nothing.
 
 from __future__ import annotations
 
-#: `gpus_per_job: null` = the preset's: a paper-preset train job needs 4 GPUs of 80 GB (README, memory table;
-#: 8 is comfortable), an evaluation job one; the tiny preset's jobs are CPU jobs
+#: `gpus_per_job: null` = the preset's: a paper-preset train job needs 4 GPUs of 80 GB
+#: (docs/paper-preset.md, "Memory per GPU"; 8 is comfortable), an evaluation job one; the tiny
+#: preset's jobs are CPU jobs
 PRESET_GPUS = {"paper": {"train": 4, "evaluate": 1}, "tiny": {"train": 0, "evaluate": 0}}
 #: CPUs per GPU, at least: each of a train job's ranks runs `train.threads` threads (8 in config/paper.yaml)
 CPUS_PER_GPU = 8
@@ -22,7 +23,7 @@ CPUS_PER_GPU = 8
 MEM_MB_PER_GPU = 48000
 
 #: how each GPU-capable rule's GPU count follows from the config (:func:`gpus_by_kind`): "train" =
-#: train.gpus_per_job (train_stage runs one FSDP rank per GPU it sees, sdpocl.cli._relaunch_on_gpus),
+#: train.gpus_per_job (train_stage runs one FSDP rank per GPU it sees, sdpocl.subcommands._relaunch_on_gpus),
 #: "evaluate" = evaluate.gpus_per_job, "single" = one GPU when train jobs have GPUs (one process on one device)
 RULE_GPUS = {
     "train_stage": "train",

@@ -27,16 +27,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from sdpocl.data.domains import (
-    _CITIES,
-    _QUERIES,
-    COMPOUNDS,
-    DOMAINS,
-    SPLITS,
-    _stable_int,
-    science_reasoning,
-    split_of,
-)
+from sdpocl.data.synthetic.common import DOMAINS, SPLITS, _stable_int, split_of
+from sdpocl.data.synthetic.science import COMPOUNDS, science_reasoning
+from sdpocl.data.synthetic.tooluse import _CITIES, _QUERIES
 
 __all__ = [
     "Benchmark",

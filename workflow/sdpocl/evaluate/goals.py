@@ -54,7 +54,7 @@ def pooled_z(changes: Iterable[float], stderrs: Iterable[float]) -> float:
 
 def reward_rise(summary_path: Path) -> tuple[float, float]:
     """Training reward in the first and the last fifth of a stage's rollout steps, as the stage's own
-    ``summary.json`` reports it (``sdpocl.train.stage.summarize``)."""
+    ``summary.json`` reports it (``sdpocl.train.steplog.summarize``)."""
     if not Path(summary_path).exists():
         return math.nan, math.nan
     summary = json.loads(Path(summary_path).read_text())

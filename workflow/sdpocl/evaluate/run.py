@@ -145,7 +145,7 @@ def summarize(records: list[dict]) -> dict:
     """Acc@k (mean over samples, then prompts), stderr over prompts, artifact metrics.
 
     When the records carry a ``category`` (BFCL), ``acc`` is the unweighted mean of the Acc@k of
-    the categories present (as BFCL's non-live summary averages categories; README, "BFCL v4")
+    the categories present (as BFCL's non-live summary averages categories; docs/scoring.md, "BFCL v4")
     and its ``stderr`` that
     of a mean of independent category means, sqrt(sum_c se_c^2) / C (NaN while a category has a
     single prompt); ``acc_micro`` / ``stderr_micro`` are the mean over all prompts (what lm-eval's

@@ -15,7 +15,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from sdpocl.rewards import sandbox
+import sdpocl.rewards.sandbox as sandbox
 from sdpocl.rewards.text import RewardFunc, _column, completion_text
 
 CODE_TIMEOUT_S = 2.0  # per test: the prompts' 1 s time limit + 1 s, as upstream

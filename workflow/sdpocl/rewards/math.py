@@ -14,7 +14,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from sdpocl.rewards import mathverify
+import sdpocl.rewards.mathverify as mathverify
 from sdpocl.rewards.text import RewardFunc, _column, completion_text
 
 MATH_TIMEOUT_S = mathverify.MATH_TIMEOUT_S  # math-verify time per answer (config: rewards.math_timeout_s)

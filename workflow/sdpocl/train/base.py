@@ -13,6 +13,7 @@ from pathlib import Path
 
 from sdpocl.data import domains
 from sdpocl.data.benchmarks import general_examples
+from sdpocl.data.synthetic.common import _stable_int
 
 EOS = "<|endoftext|>"
 
@@ -68,7 +69,7 @@ def warmup_examples(cfg: dict, difficulty: dict | None = None) -> list[dict]:
     n_general = round(cfg["sft_examples"] * cfg["general_frac"])
     examples = domains.sft_mixture(cfg["sft_examples"] - n_general, cfg["seed"], cfg["reprompt_frac"], difficulty)
     examples += [{"prompt": r["prompt"], "completion": r["solution"]} for r in general_examples(n_general, cfg["seed"])]
-    random.Random(domains._stable_int("sdpocl-warmup", cfg["seed"])).shuffle(examples)
+    random.Random(_stable_int("sdpocl-warmup", cfg["seed"])).shuffle(examples)
     return [{"prompt": ex["prompt"], "completion": ex["completion"]} for ex in examples]
 
 

@@ -79,7 +79,7 @@ def trainer_kwargs(settings: dict, output_dir: str, use_cpu: bool, world: int | 
         learning_rate=settings["lr"],
         weight_decay=settings["weight_decay"],
         max_grad_norm=settings["max_grad_norm"],
-        lr_scheduler_type="constant_with_warmup",  # replaced by the rollout-step schedule (trainers.py)
+        lr_scheduler_type="constant_with_warmup",  # replaced by the rollout-step schedule (sdpocl.train.schedule)
         warmup_steps=settings["warmup_steps"] * k,
         optim="adamw_torch",
         num_iterations=1,

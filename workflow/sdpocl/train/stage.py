@@ -7,48 +7,41 @@ Layout written for a stage directory ``<stage>/`` (declared outputs):
   summary.json           steps done, collapse status, reward in the first / last fifth, wall time
   resolved_config.json   every trainer setting actually used, and the update structure
 Every step index written is a rollout step (:mod:`sdpocl.train.plan`). Resume state lives in the
-state directory, outside the declared outputs (Snakemake deletes those before a rerun):
-``resume-step-N/`` is the latest complete trainer checkpoint (optimizer, scheduler, RNG, EMA
-teacher; only the latest is kept) and ``weights/step-N/`` the model of every save, copied into
-``checkpoints/`` when the stage ends. A checkpoint counts only once it is complete.
+state directory (:mod:`sdpocl.train.resume`); the per-step log and summary are
+:mod:`sdpocl.train.steplog`'s; live curves (not declared outputs) :mod:`sdpocl.train.curves`'.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
-import math
-import os
 import shutil
 import time
 from pathlib import Path
 
-from sdpocl.config import stable_json
 from sdpocl.io import read_jsonl, write_json, write_jsonl
 from sdpocl.prompts import training_prompt
 from sdpocl.train.frozen import check_shards, distributed, load_from_rank0
 from sdpocl.train.methods import MITIGATION_DEFAULTS
 from sdpocl.train.plan import BatchPlan, batch_plan, trainer_kwargs
+from sdpocl.train.resume import (
+    RESUME,
+    WEIGHTS,
+    fingerprint,
+    last_finite_weights,
+    resume_point,
+    resume_state_callback,
+)
 from sdpocl.train.rollouts import rollout_kwargs, seeded_vllm
-from sdpocl.train.weights import has_weights, load_tensors
+from sdpocl.train.steplog import progress_callback, step_log, summarize
+from sdpocl.train.weights import has_weights
 
 __all__ = [
     "build_trainer",
     "train_stage",
     "trainer_kwargs",
-    "summarize",
-    "step_log",
-    "last_complete_checkpoint",
 ]
 
 MITIGATION_KEYS = tuple(MITIGATION_DEFAULTS)
-COMPLETE = "COMPLETE"  # marker written last into a resume checkpoint
-RESUME = "resume-step-"  # full trainer state, named by rollout step
-WEIGHTS = "weights"  # weights/step-N: the model of every save
-
-
-def fingerprint(settings: dict, parent: str) -> str:
-    return hashlib.sha256((stable_json(settings) + "|" + str(parent)).encode()).hexdigest()[:16]
 
 
 def boxed_count(completions, **kwargs) -> list[float]:
@@ -56,197 +49,6 @@ def boxed_count(completions, **kwargs) -> list[float]:
     from sdpocl.rewards import boxed_count as count
 
     return [float(count(c)) for c in completions]
-
-
-def _full_state_dict(model) -> dict:
-    """A full (gathered, CPU) state dict, also of an FSDP-sharded model, ready for ``save_file``: a sharded
-    model's gathered tensors are fresh CPU copies already; only tensors that share storage with an earlier one
-    (tied weights of an unsharded model) are copied, as safetensors refuses shared storage."""
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
-
-    state = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
-    seen: set[int] = set()
-    out = {}
-    for key, value in state.items():
-        value = value.detach()
-        ptr = value.untyped_storage().data_ptr() if value.numel() else None
-        if ptr is not None and ptr in seen:
-            value = value.clone()
-        elif ptr is not None:
-            seen.add(ptr)
-        out[key] = value.contiguous()
-    return out
-
-
-def _callbacks(tag: str, plan: BatchPlan, patience: int, stop_on_collapse: bool, state_dir: Path, tokenizer):
-    """Progress printing with NaN / collapse stopping, and the resume state of every save.
-
-    The second callback's ``teacher`` is set once the trainer (and its EMA teacher) exists."""
-    from transformers import TrainerCallback
-
-    class Progress(TrainerCallback):
-        def __init__(self):
-            self.t_last = time.time()
-            self.zero_run = 0
-
-        def on_log(self, args, state, control, logs=None, **kwargs):
-            if not logs or "loss" not in logs:
-                return
-            now = time.time()
-            row = log_row(logs)
-            reward = row.get("reward", float("nan"))
-            loss = row.get("loss", float("nan"))
-            step, total = plan.rollout_step(state.global_step), plan.rollout_step(state.max_steps)
-            if state.is_world_process_zero:
-                print(
-                    f"[{tag}] step {step}/{total} reward {reward:.3f} loss {loss:.4f} "
-                    f"len {row.get('completion_length', float('nan')):.1f} ({now - self.t_last:.2f}s)",
-                    flush=True,
-                )
-            self.t_last = now
-            if not math.isfinite(loss):
-                print(f"[{tag}] non-finite loss at step {step}: stopping this stage", flush=True)
-                control.should_training_stop = True
-            self.zero_run = self.zero_run + 1 if reward == 0 else 0
-            if self.zero_run >= patience and stop_on_collapse:
-                control.should_training_stop = True
-
-    class ResumeState(TrainerCallback):
-        """After each save: keep the model as ``weights/step-N`` (a full, loadable model), save the EMA
-        teacher, rename the trainer checkpoint to ``resume-step-N``, mark it complete, drop older ones."""
-
-        teacher = None
-
-        def on_save(self, args, state, control, **kwargs):
-            from safetensors.torch import save_file
-
-            step = plan.rollout_step(state.global_step)
-            ckpt = Path(args.output_dir) / f"checkpoint-{state.global_step}"
-            model = kwargs["model"]
-            # every rank takes part in gathering (FSDP); rank 0 writes full safetensors models, whatever
-            # format the trainer's own checkpoint has (FSDP checkpoints hold sharded state, not a model)
-            student = _full_state_dict(model)
-            teacher = _full_state_dict(self.teacher) if self.teacher is not None else None
-            if distributed():
-                # every rank has written its part of the trainer checkpoint (its RNG state) before rank 0 moves it
-                import torch.distributed as dist
-
-                dist.barrier()
-            if not state.is_world_process_zero:
-                return
-            if teacher is not None:
-                save_file(teacher, str(ckpt / "teacher.safetensors"))
-            weights, tmp = state_dir / WEIGHTS / f"step-{step}", state_dir / WEIGHTS / f"tmp-step-{step}"
-            shutil.rmtree(tmp, ignore_errors=True)
-            getattr(model, "module", model).save_pretrained(tmp, state_dict=student, safe_serialization=True)
-            tokenizer.save_pretrained(tmp)
-            shutil.rmtree(weights, ignore_errors=True)
-            os.replace(tmp, weights)
-            final = state_dir / f"{RESUME}{step}"
-            shutil.rmtree(final, ignore_errors=True)
-            os.replace(ckpt, final)
-            (final / COMPLETE).write_text(str(step))
-            for old in state_dir.glob(f"{RESUME}*"):
-                if old != final:
-                    shutil.rmtree(old, ignore_errors=True)
-            if os.environ.get("SDPOCL_KILL_AFTER_CHECKPOINT") == str(step):
-                os._exit(137)  # simulate a job killed right after a checkpoint (resume tests)
-
-    return Progress(), ResumeState()
-
-
-def resume_point(state_dir: Path, fp: str, tag: str) -> Path | None:
-    """The checkpoint to resume from, decided on rank 0 and broadcast (the ranks must agree, or they hang):
-    rank 0 discards resume state of other settings, records this fingerprint and picks the newest complete
-    checkpoint; the other ranks wait for it and read nothing themselves."""
-    import torch
-    from accelerate import PartialState
-    from accelerate.utils import broadcast_object_list
-
-    # cpu= as the trainer will: without it, CPU ranks under torchrun would each be a main process of their own
-    proc = PartialState(cpu=not torch.cuda.is_available())
-    choice = [None]
-    if proc.is_main_process:
-        fp_file = state_dir / "fingerprint"
-        if state_dir.exists() and (not fp_file.exists() or fp_file.read_text() != fp):
-            print(f"[{tag}] discarding stale resume state in {state_dir}", flush=True)
-            shutil.rmtree(state_dir)
-        state_dir.mkdir(parents=True, exist_ok=True)
-        fp_file.write_text(fp)
-        found = last_complete_checkpoint(state_dir)
-        choice = [str(found) if found else None]
-    if proc.num_processes > 1:
-        broadcast_object_list(choice, from_process=0)
-        proc.wait_for_everyone()
-    return Path(choice[0]) if choice[0] else None
-
-
-def last_complete_checkpoint(state_dir: Path) -> Path | None:
-    """The newest complete ``resume-step-N`` of a state directory."""
-    ckpts = [p for p in state_dir.glob(f"{RESUME}*") if (p / COMPLETE).exists()]
-    return max(ckpts, key=lambda p: int(p.name[len(RESUME) :]), default=None)
-
-
-def summarize(log: list[dict], steps_planned: int, patience: int) -> dict:
-    """Stage summary from the per-step log: collapse status and reward in the first / last fifth."""
-    rewards = [r["reward"] for r in log if "reward" in r]
-    losses = [r["loss"] for r in log if "loss" in r]
-    out = {
-        "steps_planned": steps_planned,
-        "steps_done": len(log),
-        "collapsed": False,
-        "collapse_step": None,
-        "collapse_reason": None,
-    }
-    nan_at = next((r["step"] for r in log if not math.isfinite(r.get("loss", 0.0))), None)
-    if nan_at is not None:
-        out.update(collapsed=True, collapse_step=nan_at, collapse_reason="non-finite loss")
-    else:
-        run = 0
-        for r in log:
-            run = run + 1 if r.get("reward", 1.0) == 0 else 0
-            if run >= patience:
-                out.update(collapsed=True, collapse_step=r["step"], collapse_reason=f"reward 0 for {patience} steps")
-                break
-    if rewards:
-        k = max(1, len(rewards) // 5)
-        out["reward_first_fifth"] = sum(rewards[:k]) / k
-        out["reward_last_fifth"] = sum(rewards[-k:]) / k
-    if losses:
-        out["loss_last"] = losses[-1]
-    return out
-
-
-#: TRL log keys -> our per-step log columns (GRPO and SDPO name some metrics differently).
-LOG_KEYS = {
-    "reward": "reward",
-    "self_distillation/reward_mean": "reward",
-    "self_distillation/rewards/boxed_count": "boxed_per_completion",
-    "loss": "loss",
-    "completions/mean_length": "completion_length",
-    "completions/clipped_ratio": "truncated_fraction",
-    "rewards/boxed_count/mean": "boxed_per_completion",
-    "distill_token_fraction": "distill_token_fraction",
-    "self_distillation/reprompt_sample_fraction": "distill_sample_fraction",
-    "self_distillation/success_group_fraction": "success_group_fraction",
-    "self_distillation/distillation_loss": "distillation_loss",
-    "learning_rate": "lr",
-    "grad_norm": "grad_norm",
-    "self_distillation/policy_loss": "policy_loss",
-    "kl": "kl",
-    "confidence_kept_fraction": "confidence_kept_fraction",
-}
-
-
-def log_row(entry: dict) -> dict:
-    """One TRL log entry renamed to our per-step columns."""
-    return {dst: entry[src] for src, dst in LOG_KEYS.items() if src in entry}
-
-
-def step_log(log_history: list[dict], plan: BatchPlan | None = None) -> list[dict]:
-    """Per-rollout-step rows (named for the paper's diagnostics) from the trainer's log history."""
-    to_rollout = plan.rollout_step if plan is not None else (lambda step: step)
-    return [{"step": to_rollout(e["step"]), **log_row(e)} for e in log_history if "loss" in e and "step" in e]
 
 
 def load_prompts(data: str | Path, settings: dict, tokenizer) -> tuple[list[dict], int]:
@@ -423,11 +225,13 @@ def train_stage(
     threads: int = 1,
     reference: str | Path | None = None,
     replay_data: list[str | Path] = (),
+    curves_dir: str | Path | None = None,
 ) -> dict:
     """Train one stage from ``parent`` (a model directory) on ``data``; write the stage outputs.
 
     ``reference``: the base model's directory (KL anchor to the base); ``replay_data``: the earlier
-    domains' training files (replay). Both are paths, so they are arguments, never stage settings."""
+    domains' training files (replay). Both are paths, so they are arguments, never stage settings.
+    ``curves_dir``: the stage's TensorBoard run (:mod:`sdpocl.train.curves`; None: no live curves)."""
     import torch
     from datasets import Dataset
     from transformers import AutoTokenizer, PrinterCallback
@@ -471,9 +275,15 @@ def train_stage(
 
     plan = batch_plan(settings)
     reward = stage_reward(settings)
-    progress, resume_state = _callbacks(
-        tag, plan, settings["collapse_patience"], settings["stop_on_collapse"], state_dir, tokenizer
-    )
+    progress = progress_callback(tag, plan, settings["collapse_patience"], settings["stop_on_collapse"])
+    resume_state = resume_state_callback(plan, state_dir, tokenizer)
+    callbacks = [progress, resume_state]
+    if curves_dir is not None:
+        from sdpocl.train import curves
+
+        resume_step = int(resume.name[len(RESUME) :]) if resume is not None else None
+        callbacks.append(curves.curves_callback(Path(curves_dir), plan.rollout_step, resume_step))
+        print(f"[{tag}] live curves: tensorboard --logdir {curves_dir}", flush=True)
     trainer = build_trainer(
         settings,
         parent,
@@ -481,7 +291,7 @@ def train_stage(
         tokenizer,
         [reward, boxed_count],
         state_dir,
-        callbacks=[progress, resume_state],
+        callbacks=callbacks,
         reference=reference,
     )
     args, trainer_cls = trainer.args, type(trainer)
@@ -526,7 +336,7 @@ def train_stage(
     if not finite:
         # A diverged stage hands on its last finite weights (else its parent's), so that the
         # rest of the chain can still run; the stage is recorded as collapsed either way.
-        model_from, weights = _last_finite_weights(state_dir, parent)
+        model_from, weights = last_finite_weights(state_dir, parent)
         load_from_rank0(trainer.model, weights)
         print(f"[{tag}] non-finite weights: handing on weights from {model_from}", flush=True)
     trainer.save_model(str(out_dir / "model"))  # full weights also from a sharded (FSDP) model
@@ -600,22 +410,6 @@ def _rollout_is(family: str, args) -> str:
             f"cap {args.vllm_importance_sampling_clip_max}"
         )
     return "ABSENT: TRL's SDPOTrainer discards the vLLM log-probs, so SDPO has no rollout IS correction"
-
-
-def _last_finite_weights(state_dir: Path, parent: Path) -> tuple[str, dict]:
-    """The newest saved weights of this stage that are all finite, else the parent's."""
-    import torch
-
-    saved = sorted(
-        (p for p in (state_dir / WEIGHTS).glob("step-*") if p.name[5:].isdigit()),
-        key=lambda p: int(p.name[5:]),
-        reverse=True,
-    )
-    for source in [*saved, parent]:
-        state = load_tensors(source)
-        if all(bool(torch.isfinite(t).all()) for t in state.values() if t.is_floating_point()):
-            return (source.name if source != parent else "parent"), state
-    raise RuntimeError(f"no finite weights found for this stage, not even in its parent {parent}")
 
 
 def _versions() -> dict:

@@ -7,8 +7,8 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from sdpocl.data.domains import _stable_int
 from sdpocl.data.loaders.common import _LETTERS, RowError, _field, _record
+from sdpocl.data.synthetic.common import _stable_int
 
 #: data/format/prompts.py PROMPT = "{problem}\n\nPlease reason step by step, and put ..."
 MATH_SUFFIX = "\n\nPlease reason step by step, and put your final answer within \\boxed{}."

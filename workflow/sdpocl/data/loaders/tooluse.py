@@ -126,7 +126,7 @@ def convert_toolalpaca(row: Mapping[str, Any], seed: int) -> list[dict]:
 
 
 #: BFCL v4 categories loaded, each scored by :mod:`sdpocl.rewards.bfcl` as BFCL's AST checker does
-#: (irrelevance ones: correct iff no call). Not loaded (README, "BFCL v4"): multi-turn, memory and
+#: (irrelevance ones: correct iff no call). Not loaded (docs/scoring.md, "BFCL v4"): multi-turn, memory and
 #: web search need BFCL's executable environments, format sensitivity re-asks the AST categories
 #: in other output formats, Java/JavaScript use non-JSON argument types, live_relevance (any call
 #: is right) is left out of the category mean.

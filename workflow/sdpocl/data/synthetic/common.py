@@ -1,0 +1,103 @@
+"""What the synthetic domains share: their names and datasets, the stable hash behind every seed and
+the train/test split, the record, the difficulty knob.
+
+Every domain has a finite, deterministically enumerated *problem universe*. Each problem
+is assigned to the ``train`` or ``test`` split by a stable SHA-256 hash of its prompt
+(about 20% go to ``test``), independently of any seed, so train and test sets generated
+with any seeds, in any order, in any process, never share a prompt (:func:`split_of`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+DOMAINS: tuple[str, ...] = ("math", "science", "tooluse", "code")
+SPLITS: tuple[str, ...] = ("train", "test")
+DATASETS: dict[str, str] = {d: f"tiny_{d}" for d in DOMAINS}
+
+#: Fraction (in thousandths of the hash space) of each universe that goes to ``test``.
+TEST_FRACTION = 0.2
+_TEST_PERMILLE = int(round(TEST_FRACTION * 1000))
+
+# ---------------------------------------------------------------------------------------
+# stable hashing / seeding
+# ---------------------------------------------------------------------------------------
+
+
+def _stable_int(*parts: object) -> int:
+    """A 64-bit integer from a SHA-256 of the parts (stable across processes/versions)."""
+    text = "\x1f".join(str(p) for p in parts)
+    return int.from_bytes(hashlib.sha256(text.encode("utf-8")).digest()[:8], "big")
+
+
+def split_of(prompt: str) -> str:
+    """The split ("train" or "test") a problem with this prompt belongs to."""
+    return "test" if _stable_int("sdpocl-split", prompt) % 1000 < _TEST_PERMILLE else "train"
+
+
+def _check_domain(domain: str) -> None:
+    if domain not in DOMAINS:
+        raise ValueError(f"unknown domain {domain!r}; valid domains: {', '.join(DOMAINS)}")
+
+
+def _check_split(split: str) -> None:
+    if split not in SPLITS:
+        raise ValueError(f"unknown split {split!r}; valid splits: {', '.join(SPLITS)}")
+
+
+def _record(prompt: str, answer: str, domain: str, solution: str, tests: Sequence[str] = ()) -> dict[str, Any]:
+    return {
+        "prompt": prompt,
+        "answer": answer,
+        "tests": list(tests),
+        "domain": domain,
+        "dataset": DATASETS[domain],
+        "solution": solution,
+    }
+
+
+@dataclasses.dataclass(frozen=True)
+class Difficulty:
+    """How hard the synthetic tasks are (config ``data.difficulty``): the knob that sets a base
+    model's starting accuracy, so RL has headroom (right in some samples, not reliably). The
+    defaults are the data of docs/tiny-preset.md's rows 7-11 exactly; a base trained long enough to
+    copy from its prompt saturates them (row 10), harder settings give it room again.
+
+    ``math_addend_max``: the second addend is drawn from [2, max] (9: one digit; up to 99: two
+    two-digit numbers, so the units carry into the tens). ``math_terms``: 2 or 3 addends (the
+    third drawn like the second). ``science_options``: options per
+    question (2-6), each to be compared. ``code_addend_max``: the same for the constant of a code
+    task (given as "the sum of a and b")."""
+
+    math_addend_max: int = 9
+    math_terms: int = 2
+    science_options: int = 4
+    code_addend_max: int = 9
+
+    def __post_init__(self) -> None:
+        bounds = (
+            ("math_addend_max", 2, 99),
+            ("math_terms", 2, 3),
+            ("science_options", 2, 6),
+            ("code_addend_max", 2, 99),
+        )
+        for name, lo, hi in bounds:
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or not lo <= value <= hi:
+                raise ValueError(f"data.difficulty.{name} must be an integer in [{lo}, {hi}], got {value!r}")
+
+    @classmethod
+    def of(cls, value: Difficulty | Mapping[str, Any] | None) -> Difficulty:
+        """A :class:`Difficulty` from a config mapping (unknown keys are an error), or the default."""
+        if value is None:
+            return cls()
+        if isinstance(value, cls):
+            return value
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(value) - known)
+        if unknown:
+            raise ValueError(f"unknown data.difficulty key(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+        return cls(**value)

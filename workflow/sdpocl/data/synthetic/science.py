@@ -1,0 +1,86 @@
+"""The ``science`` domain (dataset ``tiny_science``): four-way multiple choice over the fixed
+:data:`COMPOUNDS` table ("highest" / "lowest boiling point"; :class:`~sdpocl.data.synthetic.common.Difficulty`:
+2-6 options); answer in ``<answer>L</answer>``."""
+
+from __future__ import annotations
+
+import itertools
+import random
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from sdpocl.data.synthetic.common import Difficulty, _record, _stable_int
+
+#: Made-up compounds and their boiling points (integers, all distinct). The values were
+#: drawn once with ``random.Random(20240607).sample(range(20, 400), 12)`` and are frozen
+#: here as literals so the table never depends on the ``random`` implementation.
+COMPOUNDS: dict[str, int] = {
+    "Zorbane": 212,
+    "Quillex": 87,
+    "Vantrol": 341,
+    "Mirodine": 45,
+    "Kelthane": 158,
+    "Brovium": 276,
+    "Tasselite": 119,
+    "Norvex": 389,
+    "Plumidor": 63,
+    "Gravenol": 234,
+    "Fenlox": 301,
+    "Sarnite": 176,
+}
+
+_SCIENCE_QUESTIONS: dict[str, str] = {
+    "max": "Which compound has the highest boiling point?",
+    "min": "Which compound has the lowest boiling point?",
+}
+_LETTERS = "ABCDEF"
+
+
+def science_reasoning(opts: Sequence[str], vals: Sequence[int], kind: str) -> str:
+    """The reference reasoning of a boiling-point question: each option with its letter and value,
+    then the extreme one with its letter again, so the answer is a copy of the token after the
+    chosen name. Measured (docs/tiny-preset.md): the tiny base answers at chance with this layout as
+    with names alone (Acc@8 0.27): it finds the right compound but does not copy from its context."""
+    best = max(vals) if kind == "max" else min(vals)
+    idx = list(vals).index(best)
+    listing = ", ".join(f"{o} {L} {v}" for L, o, v in zip(_LETTERS, opts, vals))
+    return f"{listing}; {kind} {opts[idx]} {_LETTERS[idx]}"
+
+
+#: For more than four options, the orderings kept per set of compounds (all of them up to four
+#: options: 24 per set; 6! = 720 per set would make a universe of over a million prompts).
+_SCIENCE_ORDERS_PER_SET = 24
+
+
+def _science_option_tuples(k: int) -> Iterator[tuple[str, ...]]:
+    """Ordered option tuples of ``k`` distinct compounds: every permutation up to four options (the
+    order of the nested loops this replaced), beyond that every set of compounds in
+    :data:`_SCIENCE_ORDERS_PER_SET` orderings drawn by a hash of the set."""
+    names = list(COMPOUNDS)
+    if k <= 4:
+        yield from itertools.permutations(names, k)
+        return
+    for combo in itertools.combinations(names, k):
+        rng = random.Random(_stable_int("sdpocl-science-orders", *combo))
+        orders: set[tuple[str, ...]] = set()
+        while len(orders) < _SCIENCE_ORDERS_PER_SET:
+            orders.add(tuple(rng.sample(combo, k)))
+        yield from sorted(orders)
+
+
+def _science_universe(difficulty: Difficulty) -> list[tuple[Any, dict[str, Any]]]:
+    out = []
+    for kind, question in _SCIENCE_QUESTIONS.items():
+        for opts in _science_option_tuples(difficulty.science_options):
+            vals = [COMPOUNDS[o] for o in opts]
+            best = max(vals) if kind == "max" else min(vals)
+            letter = _LETTERS[vals.index(best)]
+            prompt = (
+                question
+                + "\n\n"
+                + "\n".join(f"{L}: {o}" for L, o in zip(_LETTERS, opts))
+                + "\nPlease reason step by step."
+            )
+            solution = f" <think>{science_reasoning(opts, vals, kind)}</think> <answer>{letter}</answer>"
+            out.append((kind, _record(prompt, letter, "science", solution)))
+    return out

@@ -1,0 +1,189 @@
+"""The GRPO family: TRL's GRPOTrainer with the rollout-step schedule, a KL anchor to the parent or the
+base, and the exact shortcuts (old log-probs from sampling, zero-advantage rows skipped)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from trl import GRPOConfig, GRPOTrainer
+
+from sdpocl.train.anchor import AnchorArgs, kl_reference_path
+from sdpocl.train.frozen import check_shards, distributed, load_from_rank0
+from sdpocl.train.fsdp import use_fp32_reduction
+from sdpocl.train.schedule import RolloutScheduleArgs, RolloutScheduleMixin
+from sdpocl.train.shortcuts import GenerationLogps, dropout_free, rows_selectable, select_rows
+
+
+@dataclass
+class SchedGRPOConfig(AnchorArgs, RolloutScheduleArgs, GRPOConfig):
+    def __post_init__(self):
+        super().__post_init__()
+        self._check_anchor()
+
+
+#: TRL GRPO's clip-ratio metrics that are token means over the batch
+CLIP_RATIO_MEANS = ("clip_ratio/low_mean", "clip_ratio/high_mean", "clip_ratio/region_mean")
+
+
+class SchedGRPOTrainer(RolloutScheduleMixin, GRPOTrainer):
+    """GRPOTrainer whose learning-rate schedule counts rollout steps, with a KL anchor to the parent
+    (TRL's ``beta``: its reference model is loaded from the model path, the stage's parent) or to
+    the base model (the same reference, its weights replaced by the base's)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        use_fp32_reduction(self.accelerator)
+        if self.beta > 0:
+            self._load_reference()
+        self._rollout_logps = None  # (tokens, log-probs) of the last generate, for the old log-probs
+        self._dropout_free = dropout_free(self.accelerator.unwrap_model(self.model))
+
+    #: the exact shortcuts of the module docstring; False: TRL's own computation (tests, benchmarks)
+    shortcuts = True
+
+    def _load_reference(self) -> None:
+        """TRL loads the reference from the parent's path, which under FSDP's cpu-ram-efficient loading leaves
+        zeros on every rank but 0 (:mod:`sdpocl.train.frozen`): the weights (the parent's or, with
+        ``kl_reference="base"``, the base model's) are broadcast from rank 0 and checked on every rank."""
+        if self.ref_model is None:
+            if self.args.kl_reference == "base":
+                raise ValueError("kl_reference='base' needs a separate reference model (not available with PEFT)")
+            return
+        source = kl_reference_path(self)
+        if self.args.kl_reference == "base" or distributed():
+            load_from_rank0(self.ref_model, source)
+        if distributed():
+            check_shards(self.ref_model, source, "KL reference")
+
+    # --- old log-probs from the generation's own logits -----------------------------------------
+
+    def generation_logps_usable(self, images=None) -> bool:
+        """The log-probs ``generate`` computes are the numbers TRL's old-log-prob forward would compute:
+        TRL computes them at all (several optimizer steps per rollout), the same model in the same
+        precision samples them (transformers' generate in fp32; not vLLM, continuous batching, a custom
+        rollout function or tool calls), text only, and no dropout (a forward would draw random numbers)."""
+        args = self.args
+        return (
+            self.shortcuts
+            and args.gradient_accumulation_steps % (args.steps_per_generation * self.num_iterations) != 0
+            and not self.use_vllm
+            and not self.use_transformers_continuous_batching
+            and self.rollout_func is None
+            and not self.tools
+            and images is None
+            and not (args.bf16 or args.fp16 or args.cast_lm_head_to_fp32)
+            and self._dropout_free
+        )
+
+    def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
+        self._rollout_logps = None
+        if not self.generation_logps_usable(images) or multimodal_fields:
+            return super()._generate_single_turn(
+                prompt_ids, images, multimodal_fields, num_generations, has_tool_images
+            )
+        model = self.accelerator.unwrap_model(self.model)
+        own = model.__dict__.get("generate")  # an instance attribute already there (another wrapper)
+        generate = model.generate
+        recorder = GenerationLogps(model, self.temperature)
+
+        def generate_recording(*a, **kw):
+            sequences = generate(*a, **kw)
+            self._rollout_logps = recorder.finish(sequences) if isinstance(sequences, torch.Tensor) else None
+            return sequences
+
+        model.generate = generate_recording
+        try:
+            return super()._generate_single_turn(
+                prompt_ids, images, multimodal_fields, num_generations, has_tool_images
+            )
+        finally:
+            if own is None:
+                del model.generate
+            else:
+                model.generate = own
+            recorder.handle.remove()
+
+    def _get_per_token_logps_and_entropies(
+        self, model, input_ids, attention_mask, logits_to_keep, batch_size=None, compute_entropy=False, **kwargs
+    ):
+        kept, self._rollout_logps = self._rollout_logps, None
+        if (
+            kept is not None
+            and model is self.model
+            and not compute_entropy
+            and not torch.is_grad_enabled()
+            and not any(v is not None and v is not False for v in kwargs.values())
+        ):
+            # the first no-grad call after generate: TRL's old-log-prob pass over the generated batch
+            tokens, logps = kept
+            if tokens.size(0) == input_ids.size(0) and tokens.size(1) >= logits_to_keep:
+                mask = attention_mask[:, -logits_to_keep:].bool()
+                tokens, logps = tokens[:, :logits_to_keep], logps[:, :logits_to_keep]
+                if torch.equal(tokens[mask], input_ids[:, -logits_to_keep:][mask]):
+                    # TRL's fused head gives 0 where the attention mask is 0 (padding after EOS)
+                    return logps.masked_fill(~mask, 0.0).to(input_ids.device), None, None
+        return super()._get_per_token_logps_and_entropies(
+            model,
+            input_ids,
+            attention_mask,
+            logits_to_keep,
+            batch_size=batch_size,
+            compute_entropy=compute_entropy,
+            **kwargs,
+        )
+
+    # --- rows with zero advantage left out of forward/backward -----------------------------------
+
+    def zero_advantage_rows_skippable(self, inputs) -> bool:
+        """A zero-advantage row adds exactly 0 to loss and gradient, and the loss is a sum over rows divided
+        by the number of rows: ``beta`` 0 (no KL term, which every row has), loss ``grpo`` or ``dr_grpo``
+        (not ``bnpo`` / ``dapo`` / ..., which divide by the batch's tokens), no entropy mask, entropy bonus
+        or MoE aux loss (terms of every row), per-sequence advantages, one process (the metrics gather),
+        a batch of known layout, and no dropout (fewer rows would draw other random numbers)."""
+        return (
+            self.shortcuts
+            and self.beta == 0.0
+            and self.loss_type in ("grpo", "dr_grpo")
+            and self.top_entropy_quantile == 1.0
+            and not self._entropy_bonus_enabled
+            and not self.aux_loss_enabled
+            and self.off_policy_mask_threshold is None
+            and self.accelerator.num_processes == 1
+            and inputs["advantages"].dim() == 1
+            and rows_selectable(inputs)
+            and self._dropout_free
+        )
+
+    def _compute_loss(self, model, inputs):
+        if not self.zero_advantage_rows_skippable(inputs):
+            return super()._compute_loss(model, inputs)
+        n = inputs["advantages"].size(0)
+        rows = (inputs["advantages"] != 0).nonzero().squeeze(1)
+        if rows.numel() == n:
+            return super()._compute_loss(model, inputs)
+        # no row to train: the shortest one keeps a (zero) loss attached to the graph and the metrics filled
+        keep = rows if rows.numel() else inputs["completion_mask"].sum(1).argmin().view(1)
+        mode = "train" if self.model.training else "eval"
+        before = {k: len(self._metrics[mode].get(k, ())) for k in CLIP_RATIO_MEANS}
+        loss = super()._compute_loss(model, select_rows(inputs, keep))
+        self._restore_clip_ratios(mode, before, inputs, keep)
+        return loss * (rows.numel() / n)
+
+    def _restore_clip_ratios(self, mode: str, before: dict, inputs, kept: torch.Tensor) -> None:
+        """The clip-ratio token means over the whole batch: a zero-advantage row has no clipped token (TRL
+        counts a clip only where the advantage has a sign), so the kept rows' mean is scaled by their share
+        of the tokens. (TRL's ``entropy`` metric is the kept rows' mean: the others are not forwarded.)"""
+        mask = (
+            inputs["completion_mask"] if "tool_mask" not in inputs else inputs["completion_mask"] * inputs["tool_mask"]
+        )
+        share = float(mask[kept].sum()) / max(float(mask.sum()), 1.0)
+        for key, n in before.items():
+            values = self._metrics[mode].get(key, [])
+            if len(values) == n + 1:
+                values[-1] = values[-1] * share
+        dropped = torch.ones(mask.size(0), dtype=torch.bool, device=mask.device)
+        dropped[kept] = False
+        low = self._metrics[mode].get("clip_ratio/low_min")
+        if low and bool((mask[dropped].sum(1) > 0).any()):
+            low[-1] = 0.0  # min over rows: a dropped row with tokens has a clip fraction of 0
