@@ -18,10 +18,26 @@ from sdpocl.config import (
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.mark.parametrize("name", ["config.yaml", "smoke.yaml", "paper.yaml"])
+@pytest.mark.parametrize("name", ["config.yaml", "tiny-full.yaml", "smoke.yaml", "paper.yaml"])
 def test_shipped_configs_validate(name):
     config = load_config(ROOT / "config" / name)
     assert expand_runs(config)
+
+
+def test_the_default_grid_is_the_headline_and_tiny_full_adds_the_rest():
+    """config/config.yaml runs the paper's headline methods (GRPO, SDPO_0, SDPO_5%, StableSDPO chains);
+    config/tiny-full.yaml is the same preset with every other run of the grid: nothing but the runs differ."""
+    default, full = load_config(ROOT / "config" / "config.yaml"), load_config(ROOT / "config" / "tiny-full.yaml")
+    assert {k: v for k, v in default.items() if k not in ("runs", "single_domain_runs")} == {
+        k: v for k, v in full.items() if k not in ("runs", "single_domain_runs")
+    }
+    labels = [run.label for run in expand_runs(default)]
+    assert labels == ["GRPO", "SDPO_0", "SDPO_5%", "StableSDPO"]
+    assert default["single_domain_runs"] == []
+    full_runs = {run.name: run for run in expand_runs(full)}
+    assert {run.name for run in expand_runs(default)} < set(full_runs)
+    assert any(r.cot for r in full_runs.values()) and any(r.mask_prob for r in full_runs.values())
+    assert full["single_domain_runs"]
 
 
 def test_defaults_are_filled(smoke_config):

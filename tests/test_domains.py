@@ -376,3 +376,34 @@ def test_corpus():
     # both splits contribute
     prompts = {t for t in texts if t.startswith(("Compute ", "Which compound"))}
     assert {D.split_of(p) for p in prompts} == {"train", "test"}
+
+
+# ----------------------------------------------------------------------------- reasoning style
+
+
+def test_visible_reasoning_is_what_a_model_with_thinking_off_writes():
+    """``data.difficulty.reasoning: visible``: the same problems and answers, the reasoning in plain text
+    in each domain's own answer format, so SDPO's re-prompt (which strips only <think>) keeps it."""
+    from sdpocl.data.benchmarks import general_examples
+    from sdpocl.rewards import domain_rewards
+
+    rewards = domain_rewards()
+    for domain in D.DOMAINS:
+        think = D.generate(domain, "train", 12, 0)
+        visible = D.generate(domain, "train", 12, 0, {"reasoning": "visible"})
+        assert [r["prompt"] for r in think] == [r["prompt"] for r in visible]
+        for t, v in zip(think, visible):
+            assert "<think>" in t["solution"] and "<think>" not in v["solution"]
+            reasoning = re.search(r"<think>(.*?)</think>", t["solution"], re.S).group(1)
+            demo = D.teacher_prompt(t["prompt"], v["solution"].strip())
+            assert reasoning in v["solution"] and reasoning in demo  # the teacher sees the reasoning
+            assert reasoning not in D.teacher_prompt(t["prompt"], t["solution"].strip())
+            score = rewards[domain]([v["solution"]], answer=[v["answer"]], tests=[json.dumps(v["tests"])])
+            assert score == [1.0], (domain, v["solution"])
+    science = D.generate("science", "train", 1, 0, {"reasoning": "visible"})[0]["solution"]
+    assert re.fullmatch(r" <reasoning>[^<]+</reasoning> <answer>[A-F]</answer>", science)
+    tool = D.generate("tooluse", "train", 1, 0, {"reasoning": "visible"})[0]["solution"]
+    assert tool.startswith(" Thought: use ") and "\nAction: " in tool
+    assert all("<think>" not in r["solution"] for r in general_examples(12, 0, "visible"))
+    with pytest.raises(ValueError, match="data.difficulty.reasoning must be one of think, visible"):
+        D.Difficulty.of({"reasoning": "hidden"})

@@ -350,6 +350,29 @@ def test_missing_methods_and_single_domain_rows_still_give_figures(tmp_path):
         assert_valid(func({t: frames[t] for t in needs}, style, tmp_path / name), ("png",))
 
 
+def test_the_default_grid_draws_every_figure_from_its_headline_runs_only(tmp_path):
+    """config/config.yaml runs the headline methods only, no variants, no single-domain runs beyond each
+    chain's first stage: every figure of the default grid still renders from such tables."""
+    from pathlib import Path
+
+    from sdpocl.config import expand_runs, load_config
+
+    config = load_config(Path(__file__).resolve().parents[1] / "config" / "config.yaml")
+    headline = {run.label for run in expand_runs(config)} | {"Base"}
+    assert not config["single_domain_runs"]
+    frames = synthetic_tables(seed=2)
+    for name, df in frames.items():
+        if "label" in df:
+            df = df[df["label"].isin(headline)]
+        if "stage" in df and "single_domain" in df:  # a chain's first stage is its only single-domain stage
+            df = df[~df["single_domain"].astype(bool) | (df["stage"] <= 1)]
+        frames[name] = df
+    assert set(frames["eval"]["label"]) == headline
+    style = {**STYLE, "formats": ["png"]}
+    for name, (func, needs) in plots.FIGURES.items():
+        assert_valid(func({t: frames[t] for t in needs}, style, tmp_path / name), ("png",))
+
+
 def test_empty_or_absent_tables_give_a_no_data_figure(tmp_path):
     directory = tmp_path / "tables"
     write_tables(

@@ -27,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from sdpocl.data.synthetic.common import DOMAINS, SPLITS, _stable_int, split_of
+from sdpocl.data.synthetic.common import DOMAINS, SPLITS, _stable_int, render_reasoning, split_of
 from sdpocl.data.synthetic.science import COMPOUNDS, science_reasoning
 from sdpocl.data.synthetic.tooluse import _CITIES, _QUERIES
 
@@ -305,16 +305,19 @@ def generate_ood(name: str, n: int, seed: int, split: str = "test", *, strict: b
     return out
 
 
-def general_examples(n: int, seed: int) -> list[dict[str, Any]]:
+def general_examples(n: int, seed: int, reasoning: str = "think") -> list[dict[str, Any]]:
     """``n`` warm-up examples of the OOD benchmarks' task types (their ``train`` split, evenly over
     the benchmarks): the tiny preset's stand-in for the general skills a real base model brings from
-    pretraining, which the OOD benchmarks probe and the RL stages never train."""
+    pretraining, which the OOD benchmarks probe and the RL stages never train. ``reasoning``: the
+    solutions' style, as the domains' (:func:`~sdpocl.data.synthetic.common.render_reasoning`)."""
     names = sorted(OOD_GENERATORS)
     counts = [n // len(names) + (1 if i < n % len(names) else 0) for i in range(len(names))]
     out = []
     for name, k in zip(names, counts):
         pool = generate_ood(name, k, seed, split="train", strict=False)
         out += [pool[j % len(pool)] for j in range(k)]  # a small task type repeats
+    if reasoning != "think":
+        out = [{**r, "solution": render_reasoning(r["solution"], reasoning)} for r in out]
     return out
 
 

@@ -35,7 +35,7 @@ def _distance_rows(tables) -> tuple[pd.DataFrame, str]:
     ev = _numeric(ev, ["gain", "forgetting", "relperf"])
     ev = _finals(ev[ev["single_domain"] & ~ev["_base"] & (ev["stage"] >= 1)])
     if ev.empty:
-        return ev, "eval.csv has no single-domain rows (config single_domain_runs)"
+        return ev, "eval.csv has no single-domain rows (config single_domain_runs; config/tiny-full.yaml has them)"
     mmd = _numeric(_table(tables, "domain_mmd"), ["mmd"])
     fwd = mmd[mmd["role_a"].astype(str) == "train"][["dataset_a", "dataset_b", "mmd"]]
     rev = mmd[mmd["role_b"].astype(str) == "train"].rename(columns={"dataset_a": "dataset_b", "dataset_b": "dataset_a"})

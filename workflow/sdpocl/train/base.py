@@ -31,7 +31,8 @@ def train_tokenizer(vocab_size: int, seed: int, out_dir: Path, difficulty: dict 
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=[EOS], show_progress=False)
     corpus = list(domains.corpus(seed, difficulty=difficulty))
-    corpus += [text for r in general_examples(600, seed) for text in (r["prompt"], r["solution"])]
+    reasoning = domains.Difficulty.of(difficulty).reasoning
+    corpus += [text for r in general_examples(600, seed, reasoning) for text in (r["prompt"], r["solution"])]
     tok.train_from_iterator(corpus, trainer=trainer)
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=EOS, pad_token=EOS, model_max_length=1024)
     fast.save_pretrained(out_dir)
@@ -68,7 +69,11 @@ def warmup_examples(cfg: dict, difficulty: dict | None = None) -> list[dict]:
 
     n_general = round(cfg["sft_examples"] * cfg["general_frac"])
     examples = domains.sft_mixture(cfg["sft_examples"] - n_general, cfg["seed"], cfg["reprompt_frac"], difficulty)
-    examples += [{"prompt": r["prompt"], "completion": r["solution"]} for r in general_examples(n_general, cfg["seed"])]
+    reasoning = domains.Difficulty.of(difficulty).reasoning
+    examples += [
+        {"prompt": r["prompt"], "completion": r["solution"]}
+        for r in general_examples(n_general, cfg["seed"], reasoning)
+    ]
     random.Random(_stable_int("sdpocl-warmup", cfg["seed"])).shuffle(examples)
     return [{"prompt": ex["prompt"], "completion": ex["completion"]} for ex in examples]
 

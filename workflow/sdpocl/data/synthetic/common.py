@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -59,6 +60,33 @@ def _record(prompt: str, answer: str, domain: str, solution: str, tests: Sequenc
     }
 
 
+_THINK_SOLUTION = re.compile(r"^ <think>(.*?)</think> (.*)$", flags=re.DOTALL)
+REASONING_STYLES = ("think", "visible")
+
+
+def render_reasoning(solution: str, style: str = "think") -> str:
+    """A reference solution (`` <think>R</think> ANSWER``) in a reasoning style.
+
+    ``think``: as written. ``visible``: what a model with thinking off writes (the paper's setting,
+    ``enable_thinking: false``): the reasoning in plain text before the answer, in the answer's own
+    format: SciKnowEval's ``<reasoning>R</reasoning> <answer>L</answer>`` for a lettered answer, a
+    ReAct ``Thought: R`` before an ``Action:``, else ``R`` then the answer. SDPO's re-prompt strips only
+    ``<think>``, so a visible demonstration keeps its reasoning."""
+    if style == "think":
+        return solution
+    if style != "visible":
+        raise ValueError(f"reasoning style must be one of {', '.join(REASONING_STYLES)}, got {style!r}")
+    m = _THINK_SOLUTION.match(solution)
+    if m is None:
+        return solution
+    reasoning, answer = m.groups()
+    if answer.startswith("<answer>"):
+        return f" <reasoning>{reasoning}</reasoning> {answer}"
+    if answer.startswith("Action:"):
+        return f" Thought: {reasoning}\n{answer}"
+    return f" {reasoning} {answer}"
+
+
 @dataclasses.dataclass(frozen=True)
 class Difficulty:
     """How hard the synthetic tasks are (config ``data.difficulty``): the knob that sets a base
@@ -70,14 +98,22 @@ class Difficulty:
     two-digit numbers, so the units carry into the tens). ``math_terms``: 2 or 3 addends (the
     third drawn like the second). ``science_options``: options per
     question (2-6), each to be compared. ``code_addend_max``: the same for the constant of a code
-    task (given as "the sum of a and b")."""
+    task (given as "the sum of a and b"). ``reasoning``: the format of the reference solutions the base
+    is warmed up on (``think`` or ``visible``, :func:`render_reasoning`); not a task size, so the
+    domains' data files do not depend on it, only the base model does."""
 
     math_addend_max: int = 9
     math_terms: int = 2
     science_options: int = 4
     code_addend_max: int = 9
+    #: the reference solutions' reasoning (:func:`render_reasoning`): what the base is warmed up to write
+    reasoning: str = "think"
 
     def __post_init__(self) -> None:
+        if self.reasoning not in REASONING_STYLES:
+            raise ValueError(
+                f"data.difficulty.reasoning must be one of {', '.join(REASONING_STYLES)}, got {self.reasoning!r}"
+            )
         bounds = (
             ("math_addend_max", 2, 99),
             ("math_terms", 2, 3),

@@ -11,7 +11,14 @@ from collections.abc import Mapping
 from typing import Any
 
 from sdpocl.data.synthetic.code import _code_universe
-from sdpocl.data.synthetic.common import Difficulty, _check_domain, _check_split, _stable_int, split_of
+from sdpocl.data.synthetic.common import (
+    Difficulty,
+    _check_domain,
+    _check_split,
+    _stable_int,
+    render_reasoning,
+    split_of,
+)
 from sdpocl.data.synthetic.math import _math_universe
 from sdpocl.data.synthetic.science import _science_universe
 from sdpocl.data.synthetic.tooluse import _tooluse_universe
@@ -28,7 +35,13 @@ _BUILDERS = {
 def _problems(domain: str, difficulty: Difficulty) -> tuple[tuple[Any, dict[str, Any]], ...]:
     """Every (group, record) pair of a domain, both splits (built once per process: seconds for the
     larger universes)."""
-    return tuple(_BUILDERS[domain](difficulty))
+    problems = _BUILDERS[domain](difficulty)
+    if difficulty.reasoning != "think":
+        problems = [
+            (group, {**rec, "solution": render_reasoning(rec["solution"], difficulty.reasoning)})
+            for group, rec in problems
+        ]
+    return tuple(problems)
 
 
 @functools.cache
