@@ -72,6 +72,8 @@ def curves_callback(log_dir: Path, rollout_step, resume_step: int | None = None)
     from sdpocl.train.steplog import log_row
 
     class Curves(TensorBoardCallback):
+        purge_step: int | None = None  # set when training begins (main process)
+
         def _init_summary_writer(self, args):
             self.tb_writer = SummaryWriter(log_dir=str(log_dir), purge_step=self.purge_step)
 
@@ -94,9 +96,7 @@ def curves_callback(log_dir: Path, rollout_step, resume_step: int | None = None)
                     self.tb_writer.add_scalar(f"trl/{key}", value, step)
             self.tb_writer.flush()
 
-    callback = Curves()
-    callback.purge_step = None
-    return callback
+    return Curves()
 
 
 def read_scalars(log_dir: str | Path) -> dict[str, list[tuple[int, float]]]:
