@@ -15,12 +15,12 @@ import argparse
 import os
 import sys
 
-from sdpocl.commands import COMMANDS, run
 from sdpocl.commands import build_parser as _table_parser
+from sdpocl.commands import run
 from sdpocl.jobserver import ENV as JOB_SERVER_ENV
 from sdpocl.jobserver import serve, submit
 
-__all__ = ["COMMANDS", "build_parser", "main"]
+__all__ = ["build_parser", "main"]
 
 
 def cmd_job_server(a) -> None:
