@@ -310,6 +310,11 @@ EVAL_RULES = {
     [
         pytest.param(lambda c: c["evaluate"].update(n_prompts=3), EVAL_RULES | BRANCH_PLOTS, id="evaluate.n_prompts"),
         pytest.param(
+            lambda c: c["evaluate"].update(n_prompts={"domains": 6, "ood": 4}),
+            EVAL_RULES | BRANCH_PLOTS,
+            id="evaluate.n_prompts.domains",
+        ),
+        pytest.param(
             lambda c: c["drift"].update(top_k=8), {"compute_drift", "aggregate_drift"} | DRIFT_PLOTS, id="drift.top_k"
         ),
         pytest.param(
@@ -350,6 +355,15 @@ def test_single_key_edit_reruns_only_its_readers(smoke_results, tmp_path, edit, 
     train = job_wildcards(out, "train_stage")
     if "train_stage" in expected:  # train.steps.code, rewards.code_*: only the stages that end in code
         assert train and all(wc["chain"].split("/")[-1] == "code" for wc in train), train
+
+
+def test_n_prompts_per_kind_with_the_same_limits_reruns_nothing(smoke_results, tmp_path):
+    """evaluate.n_prompts {domains: N, ood: N} is N (sdpocl.evaluate.limits.canonical_n_prompts)."""
+    cfg = smoke_config()
+    n = cfg["evaluate"]["n_prompts"]
+    cfg["evaluate"]["n_prompts"] = {"domains": n, "ood": n}
+    out = dry_run(smoke_results, configfile=write_config(tmp_path, cfg))
+    assert scheduled_jobs(out) == {}, describe_jobs(out)
 
 
 def test_fixture_left_up_to_date(smoke_results):

@@ -178,3 +178,41 @@ def test_values_from_a_file_are_not_coerced(smoke_config):
     coerce_overrides(smoke_config, {"seeds": [0]})
     with pytest.raises(ConfigError, match=r"train\.lr"):
         validate_config(smoke_config)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [None, 1, 32, {"domains": 100, "ood": 32}, {"domains": None, "ood": 8}, {"domains": 100, "ood": None}],
+)
+def test_n_prompts_is_a_limit_or_one_per_kind(smoke_config, value):
+    """evaluate.n_prompts: an integer >= 1 or null for every benchmark, or {domains: N, ood: M}."""
+    smoke_config.setdefault("evaluate", {})["n_prompts"] = value
+    assert validate_config(smoke_config)["evaluate"]["n_prompts"] == value
+
+
+@pytest.mark.parametrize(
+    "value, key, says",
+    [
+        (0, "evaluate.n_prompts", "less than the minimum of 1"),
+        ({"domains": 0, "ood": 32}, "evaluate.n_prompts.domains", "less than the minimum of 1"),
+        ({"domains": 100, "ood": 0}, "evaluate.n_prompts.ood", "less than the minimum of 1"),
+        ({"domains": 100, "ood": 32, "math": 5}, "evaluate.n_prompts", "'math' was unexpected"),
+        ({"domain": 100, "ood": 32}, "evaluate.n_prompts", "'domain' was unexpected"),
+        ({"domains": 100}, "evaluate.n_prompts", "'ood' is a required property"),
+        ({"domains": 2.5, "ood": 32}, "evaluate.n_prompts.domains", "not of type"),
+        ("all", "evaluate.n_prompts", "not of type"),
+    ],
+)
+def test_bad_n_prompts_names_the_key(smoke_config, value, key, says):
+    smoke_config.setdefault("evaluate", {})["n_prompts"] = value
+    with pytest.raises(ConfigError) as err:
+        validate_config(smoke_config)
+    assert f"config error at '{key}'" in str(err.value) and says in str(err.value)
+
+
+def test_n_prompts_per_kind_from_the_command_line(smoke_config):
+    """`--config 'evaluate={n_prompts: {domains: 100, ood: null}}'` hands the values over as strings."""
+    overrides = {"evaluate": {"n_prompts": {"domains": "100", "ood": "null"}}}
+    smoke_config.setdefault("evaluate", {})["n_prompts"] = {"domains": "100", "ood": "null"}
+    coerce_overrides(smoke_config, overrides)
+    assert validate_config(smoke_config)["evaluate"]["n_prompts"] == {"domains": 100, "ood": None}

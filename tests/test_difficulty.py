@@ -92,6 +92,74 @@ def test_science_options_count(k):
     assert D.num_problems("science", "train", difficulty) < 60_000
 
 
+@pytest.mark.parametrize("n_props", [2, 3])
+def test_science_properties_ask_each_table_and_recall_it(n_props):
+    """Each question asks one of the first ``n_props`` tables; the reasoning names that table and lists
+    its values, and the answer is the extreme of that table (not of the boiling points)."""
+    from sdpocl.data.synthetic.science import PROPERTIES
+
+    difficulty = {"science_options": 6, "science_properties": n_props}
+    asked = Counter()
+    for r in D.generate("science", "train", 400, seed=5, difficulty=difficulty):
+        lines = r["prompt"].split("\n")
+        kind, prop = re.fullmatch(r"Which compound has the (highest|lowest) (.+)\?", lines[0]).groups()
+        table = PROPERTIES[prop]
+        opts = [line.split(": ")[1] for line in lines[2:8]]
+        vals = [table[o] for o in opts]
+        best = vals.index(max(vals) if kind == "highest" else min(vals))
+        assert r["answer"] == "ABCDEF"[best]
+        tag = prop.split()[0]
+        listing = ", ".join(f"{o} {L} {v}" for L, o, v in zip("ABCDEF", opts, vals))
+        assert r["solution"].startswith(f" <think>{tag}: {listing}; "), r["solution"]
+        asked[prop, kind] += 1
+    assert sorted(asked) == sorted((p, k) for p in list(PROPERTIES)[:n_props] for k in ("highest", "lowest"))
+    assert max(asked.values()) - min(asked.values()) <= 1  # stratified over (property, kind)
+    assert len(set(PROPERTIES["melting point"].values())) == 12 and set(PROPERTIES["density"]) == set(D.COMPOUNDS)
+
+
+def test_computed_tool_arguments_are_worked_out_in_the_thought():
+    """``tooluse_args: computed``: the request never names the argument it asks for (except a search
+    query), and the reference Thought derives it before the Action."""
+    from sdpocl.data.synthetic.tooluse import _CAPITALS, _CURRENCY_NAMES
+
+    difficulty = {"tooluse_args": "computed"}
+    tools = Counter()
+    for split in D.SPLITS:
+        for r in D.generate("tooluse", split, 300, seed=6, difficulty=difficulty):
+            request = r["prompt"].split("Request: ")[1]
+            answer = json.loads(r["answer"])
+            (tool,), args = answer["actions"], answer["input"]
+            thought = re.fullmatch(rf" <think>(.*)use {tool}</think> Action: {tool}\nAction Input: (.*)", r["solution"])
+            assert thought and json.loads(thought.group(2)) == args, r["solution"]
+            work = thought.group(1)
+            if tool == "get_weather":
+                country = re.search(r"capital of (\w+)", request).group(1)
+                assert args == {"city": _CAPITALS[country]} and args["city"] not in request
+                assert work == f"capital of {country} is {args['city']}; "
+            elif tool == "convert_currency":
+                amount, src, tgt = re.search(r"(\d+) (\w+) (?:to|in|for) (\w+)", request).groups()
+                assert args == {"amount": int(amount), "source": _CURRENCY_NAMES[src], "target": _CURRENCY_NAMES[tgt]}
+                assert args["source"] not in request and args["target"] not in request
+            elif tool == "set_alarm":
+                clock, half = re.search(r"(\d+) (am|pm)", request).groups()
+                assert args == {"hour": int(clock) + (12 if half == "pm" else 0)}
+                assert work == f"{clock} {half} is {args['hour']}; "
+            else:
+                assert args["query"] in request and work == ""
+            tools[split, tool] += 1
+    assert all(v >= 20 for v in tools.values()) and len(tools) == 8  # every tool in both splits
+
+
+def test_sft_mixture_keeps_every_tool_a_quarter_when_it_repeats():
+    """12,800 warm-up examples draw 3,200 tool calls from ~1,200 train prompts, two thirds of them
+    ``convert_currency``: cycling within each tool keeps the four tools equal."""
+    mix = D.sft_mixture(12800, 0, 0.25)
+    tools = Counter(e["completion"].split("Action: ")[1].split("\n")[0] for e in mix if e["domain"] == "tooluse")
+    assert sorted(tools.values()) == [800, 800, 800, 800], tools
+    with pytest.raises(ValueError, match="exceeds"):
+        D.generate("tooluse", "train", 5000, 0)  # without cycling, too many is still an error
+
+
 def test_hard_code_reference_passes_its_tests_and_reasons_to_the_constant():
     ks = set()
     for r in D.generate("code", "train", 200, seed=4, difficulty=HARD):
@@ -140,6 +208,8 @@ def test_hard_splits_are_disjoint():
         ({"math_terms": 4}, r"data\.difficulty\.math_terms must be an integer in \[2, 3\], got 4"),
         ({"code_addend_max": "9"}, r"data\.difficulty\.code_addend_max .* got '9'"),
         ({"maths_addend_max": 9}, r"unknown data\.difficulty key\(s\) maths_addend_max"),
+        ({"science_properties": 4}, r"data\.difficulty\.science_properties must be an integer in \[1, 3\], got 4"),
+        ({"tooluse_args": "copy"}, r"data\.difficulty\.tooluse_args must be one of copied, computed, got 'copy'"),
     ],
 )
 def test_bad_difficulty_names_the_key(bad, message):

@@ -9,7 +9,7 @@ import subprocess
 
 import pandas as pd
 import pytest
-from workflow_utils import BIN
+from workflow_utils import BIN, ROOT
 
 from sdpocl.data.benchmarks import BENCHMARKS, OOD_GENERATORS, generate_ood
 from sdpocl.evaluate.aggregate import eval_table, paired_change, relative_performance, teacher_stability
@@ -519,3 +519,72 @@ def test_paired_change_uses_only_prompts_scored_by_both():
     before, after = pd.Series({0: 0.5, 1: 0.25, 2: 1.0}), pd.Series({1: 0.5, 2: 1.0, 3: 0.0})
     assert paired_change(after, before)[:2] == pytest.approx((0.625, 0.125))
     assert all(math.isnan(x) for x in paired_change(after, None))
+
+
+# evaluate.n_prompts: one limit for every benchmark, or {domains: N, ood: M} (sdpocl.evaluate.limits)
+
+
+@pytest.mark.parametrize("preset", ["smoke.yaml", "paper.yaml"])
+def test_n_prompts_per_kind_gives_the_domain_benchmarks_n_and_the_ood_sets_m(preset):
+    from sdpocl.config import load_config
+    from sdpocl.data.benchmarks import benchmarks_for
+    from sdpocl.evaluate.limits import n_prompts_for
+
+    config = load_config(ROOT / "config" / preset)
+    value = {"domains": 100, "ood": 32}
+    limits = {b: n_prompts_for(value, b) for b in benchmarks_for(config)}
+    assert limits == {**{d: 100 for d in config["domains"]}, **{b: 32 for b in config["evaluate"]["ood"]}}
+    assert len(config["evaluate"]["ood"]) == 6 and list(limits)[:4] == ["math", "science", "tooluse", "code"]
+    # the evaluation settings hold the value; null = every prompt; an explicit domain list wins
+    settings = {"samples": 8, "n_prompts": {"domains": None, "ood": 4}}
+    assert n_prompts_for(settings, "math") is None and n_prompts_for(settings, "logic_grid") == 4
+    assert n_prompts_for(value, "toy", domains=["toy"]) == 100 and n_prompts_for(value, "math", domains=[]) == 32
+
+
+@pytest.mark.parametrize("value", [None, 1, 32])
+def test_one_n_prompts_keeps_meaning_every_benchmark(value):
+    from sdpocl.evaluate.limits import canonical_n_prompts, describe_n_prompts, n_prompts_for
+
+    for b in ["math", "code", "arith_words", "math500", "toy"]:
+        assert n_prompts_for(value, b) == value and n_prompts_for({"n_prompts": value, "seed": 0}, b) == value
+    assert canonical_n_prompts(value, ["arith_words"]) == value
+    assert describe_n_prompts(value, ["math", "arith_words"]) == f"2 benchmarks x {value or 'all'} prompts"
+
+
+def test_n_prompts_per_kind_with_equal_limits_is_that_limit():
+    """The tracked settings of the evaluation jobs (common.smk) hold the one limit a mapping comes to, so
+    writing {domains: 32, ood: 32} for 32 (or changing the OOD limit with no OOD set) reruns nothing."""
+    from sdpocl.evaluate.limits import canonical_n_prompts, describe_n_prompts, n_prompts_for
+
+    assert canonical_n_prompts({"domains": 32, "ood": 32}, ["arith_words"]) == 32
+    assert canonical_n_prompts({"domains": None, "ood": None}, ["arith_words"]) is None
+    assert canonical_n_prompts({"domains": 100, "ood": 32}, []) == 100
+    assert canonical_n_prompts({"domains": 100, "ood": 32}, ["arith_words"]) == {"domains": 100, "ood": 32}
+    assert describe_n_prompts({"domains": 100, "ood": None}, ["math", "code", "arith_words"]) == (
+        "2 domain benchmarks x 100 prompts + 1 OOD x all prompts"
+    )
+    with pytest.raises(ValueError, match="domains, ood"):
+        n_prompts_for({"domains": 100, "odd": 32}, "math")
+
+
+def test_evaluation_judges_domain_benchmarks_on_more_prompts_than_ood_sets(tiny_standin, tmp_path, monkeypatch, capsys):
+    """A real evaluation of the tiny stand-in: {domains: 3, ood: 2} gives `math` 3 prompts and the
+    OOD set `logic_grid` 2, in scores.json and in the sample logs; the settings keep the mapping."""
+    from sdpocl.evaluate import run
+
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    model, recs = tiny_standin
+    for i, b in enumerate(["math", "logic_grid"]):
+        data = tmp_path / f"{b}.jsonl"
+        data.write_text("".join(json.dumps(r) + "\n" for r in recs[5 * i : 5 * i + 5]))
+        kw = dict(repeats=2, temperature=1.0, top_p=1.0, max_gen_toks=4)
+        write_task_yaml(tmp_path / "tasks" / f"{b}.yaml", b, data, **kw)
+    settings = dict(backend="hf", samples=2, max_gen_toks=4, batch_size=4, seed=0, n_prompts={"domains": 3, "ood": 2})
+    out = tmp_path / "eval"
+    run.evaluate_model(model, tmp_path / "tasks", ["math", "logic_grid"], out, settings=settings, threads=1)
+    doc = json.loads((tmp_path / "eval" / "scores.json").read_text())
+    assert {b: s["n_prompts"] for b, s in doc["benchmarks"].items()} == {"math": 3, "logic_grid": 2}
+    assert doc["meta"]["settings"]["n_prompts"] == {"domains": 3, "ood": 2}
+    for b, n in [("math", 3), ("logic_grid", 2)]:
+        assert len((tmp_path / "eval" / "samples" / f"{b}.jsonl").read_text().splitlines()) == n
+    assert "1 domain benchmark x 3 prompts + 1 OOD x 2 prompts x 2 samples" in capsys.readouterr().out

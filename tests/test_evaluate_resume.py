@@ -111,3 +111,21 @@ def test_resume_state_is_keyed_by_model_settings_task_and_data(tiny_standin, tmp
     before = resume.model_identity(str(copy))
     os.utime(copy / "config.json", ns=(1, 1))
     assert resume.model_identity(str(copy)) != before
+
+
+def test_a_changed_ood_limit_keeps_the_domain_benchmarks_resume_state(tiny_standin, tmp_path):
+    """evaluate.n_prompts {domains: N, ood: M}: each benchmark's fingerprint holds its own limit, so a
+    changed M leaves a domain benchmark's saved result valid; one limit for all fingerprints as before."""
+    model, recs = tiny_standin
+    tasks = _tasks(tmp_path, recs)
+    model_id = resume.model_identity(str(model))
+
+    def fp(n_prompts, benchmark):
+        settings = run._benchmark_settings({**SETTINGS, "n_prompts": n_prompts}, benchmark)
+        return resume.fingerprint(model_id, "hf", settings, benchmark, resume.task_identity(tasks, "toy_a"))
+
+    assert run._benchmark_settings(SETTINGS, "math") == SETTINGS  # one limit: the settings as they are
+    before, after = {"domains": 100, "ood": 32}, {"domains": 100, "ood": 16}
+    assert fp(before, "math") == fp(after, "math") == fp(100, "math")
+    assert fp(before, "arith_words") != fp(after, "arith_words")
+    assert fp(before, "arith_words") == fp(32, "arith_words") and fp(after, "arith_words") == fp(16, "arith_words")

@@ -25,6 +25,7 @@ from sdpocl.config import (
 from sdpocl.data.benchmarks import OOD_GENERATORS, benchmarks_for
 from sdpocl.data.loaders import OOD_BENCHMARKS as PAPER_OOD
 from sdpocl.data.domains import DOMAINS, Difficulty
+from sdpocl.evaluate.limits import canonical_n_prompts
 from sdpocl.jobserver import ENV as JOB_SERVER_ENV
 from sdpocl.prompts import resolve_prompt_format
 from sdpocl.resources import job_resources  # the GPU-capable rules' resources (GPUs, CPUs, memory)
@@ -74,9 +75,11 @@ def difficulty_flag(domain):
 
 
 #: what a changed value of must re-evaluate: sampling, limits, the prompt format and the scoring limits
-#: (not `evaluate.gpus_per_job`: a resource, which changes no score and must rerun nothing)
+#: (not `evaluate.gpus_per_job`: a resource, which changes no score and must rerun nothing); a
+#: `{domains: N, ood: M}` n_prompts whose limits agree is that one limit (sdpocl.evaluate.limits)
 _EVAL = {
     **{k: v for k, v in config["evaluate"].items() if k != "gpus_per_job"},
+    "n_prompts": canonical_n_prompts(config["evaluate"]["n_prompts"], config["evaluate"]["ood"]),
     **resolve_prompt_format(config),
     "rewards": config["rewards"],
 }

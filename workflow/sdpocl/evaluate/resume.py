@@ -5,7 +5,9 @@ that hits its time limit would otherwise start again from zero. Each finished be
 and sample records) is one file in a state directory *outside* the declared outputs, which Snakemake
 deletes before every attempt. A file counts only under its fingerprint: the model (path and file
 sizes / mtimes, so a retrained stage at the same path is new work), the resolved backend, the
-settings, the benchmark's task YAML and the data file it reads. Anything else is evaluated again.
+settings (with the benchmark's own limit of ``evaluate.n_prompts``, :func:`sdpocl.evaluate.limits.n_prompts_for`:
+a changed OOD limit keeps the domain benchmarks' results), the benchmark's task YAML and the data
+file it reads. Anything else is evaluated again.
 """
 
 from __future__ import annotations

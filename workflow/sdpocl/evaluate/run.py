@@ -22,6 +22,7 @@ from pathlib import Path
 
 from sdpocl.evaluate import resume
 from sdpocl.evaluate.artifacts import artifact_metrics
+from sdpocl.evaluate.limits import describe_n_prompts, n_prompts_for
 from sdpocl.evaluate.tasks import FILTER, score_samples, task_name
 from sdpocl.io import write_json, write_jsonl
 
@@ -182,6 +183,15 @@ def summarize(records: list[dict]) -> dict:
     }
 
 
+def _benchmark_settings(settings: dict, benchmark: str) -> dict:
+    """``settings`` with the prompt limit of ``benchmark`` alone (:func:`n_prompts_for`): what its resume
+    fingerprint keys on, so a changed limit of the OOD sets keeps the domain benchmarks' saved results.
+    Unchanged under a single limit for every benchmark."""
+    if "n_prompts" not in settings:
+        return settings
+    return {**settings, "n_prompts": n_prompts_for(settings["n_prompts"], benchmark)}
+
+
 def _evaluate_benchmark(lm, tm, benchmark: str, settings: dict, count_tokens) -> dict:
     """One benchmark through ``simple_evaluate``: its sample records and scores."""
     from lm_eval import simple_evaluate
@@ -191,7 +201,7 @@ def _evaluate_benchmark(lm, tm, benchmark: str, settings: dict, count_tokens) ->
         model=lm,
         tasks=[name],
         task_manager=tm,
-        limit=settings["n_prompts"],
+        limit=n_prompts_for(settings.get("n_prompts"), benchmark),
         log_samples=True,
         random_seed=seed,
         numpy_random_seed=seed,
@@ -244,7 +254,10 @@ def evaluate_model(
     k, max_gen = settings["samples"], settings["max_gen_toks"]
     t0 = time.time()
     model_id = resume.model_identity(model, hub_model)
-    fps = {b: resume.fingerprint(model_id, backend, settings, b, resume.task_identity(task_dir, b)) for b in benchmarks}
+    fps = {
+        b: resume.fingerprint(model_id, backend, _benchmark_settings(settings, b), b, resume.task_identity(task_dir, b))
+        for b in benchmarks
+    }
     done = {b: r for b in benchmarks if (r := resume.load(state_dir, b, fps[b])) is not None}
     lm = None
     if len(done) < len(benchmarks):  # no model load when every benchmark is already done
@@ -261,8 +274,8 @@ def evaluate_model(
     if missing:
         raise FileNotFoundError(f"no lm-eval task for benchmark(s) {', '.join(missing)} in {task_dir}")
     print(
-        f"[evaluate] {model} ({backend}): {len(benchmarks)} benchmarks x {settings['n_prompts'] or 'all'} "
-        f"prompts x {k} samples ({len(done)} done in an earlier attempt)",
+        f"[evaluate] {model} ({backend}): {describe_n_prompts(settings.get('n_prompts'), benchmarks)} "
+        f"x {k} samples ({len(done)} done in an earlier attempt)",
         flush=True,
     )
     count_tokens = _token_counter(model) if lm is not None else None

@@ -62,6 +62,7 @@ def _record(prompt: str, answer: str, domain: str, solution: str, tests: Sequenc
 
 _THINK_SOLUTION = re.compile(r"^ <think>(.*?)</think> (.*)$", flags=re.DOTALL)
 REASONING_STYLES = ("think", "visible")
+TOOLUSE_ARGS = ("copied", "computed")
 
 
 def render_reasoning(solution: str, style: str = "think") -> str:
@@ -97,7 +98,12 @@ class Difficulty:
     ``math_addend_max``: the second addend is drawn from [2, max] (9: one digit; up to 99: two
     two-digit numbers, so the units carry into the tens). ``math_terms``: 2 or 3 addends (the
     third drawn like the second). ``science_options``: options per
-    question (2-6), each to be compared. ``code_addend_max``: the same for the constant of a code
+    question (2-6), each to be compared. ``science_properties``: how many property tables of the same
+    compounds the questions ask (1: boiling point; 2: and melting point; 3: and density): more facts to
+    recall and keep apart. ``tooluse_args``: ``copied`` (the request names every argument) or
+    ``computed`` (the request names a country, currency names, a 12-hour time; the argument is the
+    capital, the ISO codes, the 24-hour hour, written in the Thought first; search queries stay copied).
+    ``code_addend_max``: the same for the constant of a code
     task (given as "the sum of a and b"). ``reasoning``: the format of the reference solutions the base
     is warmed up on (``think`` or ``visible``, :func:`render_reasoning`); not a task size, so the
     domains' data files do not depend on it, only the base model does."""
@@ -105,7 +111,9 @@ class Difficulty:
     math_addend_max: int = 9
     math_terms: int = 2
     science_options: int = 4
+    science_properties: int = 1
     code_addend_max: int = 9
+    tooluse_args: str = "copied"
     #: the reference solutions' reasoning (:func:`render_reasoning`): what the base is warmed up to write
     reasoning: str = "think"
 
@@ -114,10 +122,15 @@ class Difficulty:
             raise ValueError(
                 f"data.difficulty.reasoning must be one of {', '.join(REASONING_STYLES)}, got {self.reasoning!r}"
             )
+        if self.tooluse_args not in TOOLUSE_ARGS:
+            raise ValueError(
+                f"data.difficulty.tooluse_args must be one of {', '.join(TOOLUSE_ARGS)}, got {self.tooluse_args!r}"
+            )
         bounds = (
             ("math_addend_max", 2, 99),
             ("math_terms", 2, 3),
             ("science_options", 2, 6),
+            ("science_properties", 1, 3),
             ("code_addend_max", 2, 99),
         )
         for name, lo, hi in bounds:

@@ -76,7 +76,13 @@ def _copy(rec: dict[str, Any]) -> dict[str, Any]:
 
 
 def generate(
-    domain: str, split: str, n: int, seed: int, difficulty: Difficulty | Mapping[str, Any] | None = None
+    domain: str,
+    split: str,
+    n: int,
+    seed: int,
+    difficulty: Difficulty | Mapping[str, Any] | None = None,
+    *,
+    cycle: bool = False,
 ) -> list[dict[str, Any]]:
     """``n`` distinct problems of ``domain`` from ``split`` ("train"/"test"), deterministic in
     ``(domain, split, n, seed, difficulty)`` (see :class:`Difficulty`; ``None``: the defaults).
@@ -86,15 +92,20 @@ def generate(
     problem from each group that still has problems left, in a seeded order. Train and
     test never share a prompt (see :func:`split_of`).
 
-    Raises ``ValueError`` for an unknown domain or split, a negative ``n``, or an ``n``
-    larger than :func:`num_problems` for that split.
+    With ``cycle`` (the SFT warm-up, which draws more examples than some domains have) a group that
+    runs out starts again from its first problem instead of dropping out, so every group keeps its
+    share: the tools stay a quarter each where ``convert_currency``'s many argument sets would
+    otherwise fill two thirds of the repeats. Without it, raises ``ValueError`` for an ``n`` larger
+    than :func:`num_problems` for that split.
+
+    Raises ``ValueError`` for an unknown domain or split or a negative ``n``.
     """
     _check_domain(domain)
     _check_split(split)
     if not isinstance(n, int) or isinstance(n, bool) or n < 0:
         raise ValueError(f"n must be a non-negative integer, got {n!r}")
     universe = _universe(domain, split, Difficulty.of(difficulty))
-    if n > len(universe):
+    if n > len(universe) and not (cycle and universe):
         raise ValueError(f"n={n} exceeds the {len(universe)} distinct {domain} problems available in the {split} split")
     rng = random.Random(_stable_int("sdpocl-generate", domain, split, seed))
     groups: dict[Any, list[dict[str, Any]]] = {}
@@ -108,6 +119,8 @@ def generate(
     picked: list[dict[str, Any]] = []
     cursors = [0] * len(pools)
     while len(picked) < n:
+        if cycle:
+            cursors = [c % len(pool) for c, pool in zip(cursors, pools)]
         active = [i for i, pool in enumerate(pools) if cursors[i] < len(pool)]
         rng.shuffle(active)
         for i in active:

@@ -1,6 +1,8 @@
-"""The ``science`` domain (dataset ``tiny_science``): four-way multiple choice over the fixed
-:data:`COMPOUNDS` table ("highest" / "lowest boiling point"; :class:`~sdpocl.data.synthetic.common.Difficulty`:
-2-6 options); answer in ``<answer>L</answer>``."""
+"""The ``science`` domain (dataset ``tiny_science``): multiple choice over fixed tables of made-up
+compounds ("highest" / "lowest boiling point", and with ``science_properties`` > 1 also melting point
+and density, :data:`PROPERTIES`; :class:`~sdpocl.data.synthetic.common.Difficulty`: 2-6 options);
+answer in ``<answer>L</answer>``. The tables are knowledge the base must recall, as SciKnowEval's
+questions ask a model's chemistry knowledge: more properties, more facts to keep apart."""
 
 from __future__ import annotations
 
@@ -29,14 +31,25 @@ COMPOUNDS: dict[str, int] = {
     "Sarnite": 176,
 }
 
-_SCIENCE_QUESTIONS: dict[str, str] = {
-    "max": "Which compound has the highest boiling point?",
-    "min": "Which compound has the lowest boiling point?",
+#: A second and a third property of the same compounds (``data.difficulty.science_properties``: 2 or
+#: 3), drawn once with ``random.Random(20261203)`` / ``(20261204).sample(range(20, 400), 12)`` and frozen
+#: as literals like :data:`COMPOUNDS`.
+MELTING_POINTS: dict[str, int] = dict(zip(COMPOUNDS, (84, 42, 109, 178, 158, 63, 298, 206, 86, 67, 344, 294)))
+DENSITIES: dict[str, int] = dict(zip(COMPOUNDS, (394, 271, 24, 200, 62, 124, 108, 71, 290, 306, 210, 110)))
+
+#: property name (as the question words it) -> table, in the order ``science_properties`` takes them
+PROPERTIES: dict[str, dict[str, int]] = {
+    "boiling point": COMPOUNDS,
+    "melting point": MELTING_POINTS,
+    "density": DENSITIES,
 }
+#: the reasoning's first word names the table it recalls (only with more than one property)
+_PROPERTY_TAGS = {"boiling point": "boiling", "melting point": "melting", "density": "density"}
+_KINDS = {"max": "highest", "min": "lowest"}
 _LETTERS = "ABCDEF"
 
 
-def science_reasoning(opts: Sequence[str], vals: Sequence[int], kind: str) -> str:
+def science_reasoning(opts: Sequence[str], vals: Sequence[int], kind: str, tag: str = "") -> str:
     """The reference reasoning of a boiling-point question: each option with its letter and value,
     then the extreme one with its letter again, so the answer is a copy of the token after the
     chosen name. Measured (docs/tiny-preset.md): the tiny base answers at chance with this layout as
@@ -44,7 +57,7 @@ def science_reasoning(opts: Sequence[str], vals: Sequence[int], kind: str) -> st
     best = max(vals) if kind == "max" else min(vals)
     idx = list(vals).index(best)
     listing = ", ".join(f"{o} {L} {v}" for L, o, v in zip(_LETTERS, opts, vals))
-    return f"{listing}; {kind} {opts[idx]} {_LETTERS[idx]}"
+    return f"{tag + ': ' if tag else ''}{listing}; {kind} {opts[idx]} {_LETTERS[idx]}"
 
 
 #: For more than four options, the orderings kept per set of compounds (all of them up to four
@@ -69,10 +82,16 @@ def _science_option_tuples(k: int) -> Iterator[tuple[str, ...]]:
 
 
 def _science_universe(difficulty: Difficulty) -> list[tuple[Any, dict[str, Any]]]:
+    """Every question, grouped by (property, highest/lowest). With one property the records are those
+    of the one-table generator byte for byte (no tag in the reasoning)."""
     out = []
-    for kind, question in _SCIENCE_QUESTIONS.items():
+    props = list(PROPERTIES)[: difficulty.science_properties]
+    for prop, kind in itertools.product(props, _KINDS):
+        table, question = PROPERTIES[prop], f"Which compound has the {_KINDS[kind]} {prop}?"
+        tag = _PROPERTY_TAGS[prop] if len(props) > 1 else ""
+        group = kind if len(props) == 1 else (prop, kind)
         for opts in _science_option_tuples(difficulty.science_options):
-            vals = [COMPOUNDS[o] for o in opts]
+            vals = [table[o] for o in opts]
             best = max(vals) if kind == "max" else min(vals)
             letter = _LETTERS[vals.index(best)]
             prompt = (
@@ -81,6 +100,6 @@ def _science_universe(difficulty: Difficulty) -> list[tuple[Any, dict[str, Any]]
                 + "\n".join(f"{L}: {o}" for L, o in zip(_LETTERS, opts))
                 + "\nPlease reason step by step."
             )
-            solution = f" <think>{science_reasoning(opts, vals, kind)}</think> <answer>{letter}</answer>"
-            out.append((kind, _record(prompt, letter, "science", solution)))
+            solution = f" <think>{science_reasoning(opts, vals, kind, tag)}</think> <answer>{letter}</answer>"
+            out.append((group, _record(prompt, letter, "science", solution)))
     return out

@@ -10,7 +10,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from sdpocl.data.synthetic.common import DOMAINS, SPLITS, Difficulty, _stable_int
-from sdpocl.data.synthetic.sampling import _universe, generate, num_problems
+from sdpocl.data.synthetic.sampling import _universe, generate
 
 # SDPO / TRL-style teacher re-prompt templates (the integrator may adjust them).
 SOLUTION_TEMPLATE = "\nCorrect solution:\n\n{successful_previous_attempt}\n\n"
@@ -46,8 +46,8 @@ def sft_mixture(
     n: int, seed: int, reprompt_frac: float = 0.25, difficulty: Difficulty | Mapping[str, Any] | None = None
 ) -> list[dict[str, Any]]:
     """``n`` SFT examples ``{"prompt", "completion", "domain"}`` drawn evenly (±1) from the
-    four domains' train splits (via :func:`generate` with the same ``seed``; a domain with fewer
-    distinct problems than its share is repeated), in a seeded
+    four domains' train splits (via :func:`generate` with the same ``seed``, stratified over each
+    domain's groups; a group with fewer distinct problems than its share is repeated), in a seeded
     shuffled order; ``round(n * reprompt_frac)`` of them, at seeded positions, are in the
     :func:`reprompt_example` format with the record's own solution (leading space
     stripped) as the demonstration.
@@ -60,8 +60,8 @@ def sft_mixture(
     records: list[dict[str, Any]] = []
     for i, domain in enumerate(DOMAINS):
         k = base + (1 if i < extra else 0)
-        pool = generate(domain, "train", min(k, num_problems(domain, "train", difficulty)), seed, difficulty)
-        records.extend(pool[j % len(pool)] for j in range(k))  # repeat when a domain is small
+        # stratified within the domain too: a small tool repeats as often as a large one
+        records.extend(generate(domain, "train", k, seed, difficulty, cycle=True))
     rng = random.Random(_stable_int("sdpocl-sft-mixture", n, seed, reprompt_frac))
     rng.shuffle(records)
     n_re = int(round(n * reprompt_frac))

@@ -141,14 +141,118 @@ def _tool_arg_sets(name: str) -> Iterator[dict[str, Any]]:
         raise AssertionError(name)
 
 
+#: ``tooluse_args: computed``: a country and its capital (the capital is the argument). Twelve capitals
+#: of :data:`_CITIES` and twelve new ones, none of tool_schema2's unseen cities (benchmarks._MORE_CITIES)
+_CAPITALS: dict[str, str] = {
+    "France": "Paris",
+    "England": "London",
+    "Japan": "Tokyo",
+    "Germany": "Berlin",
+    "Spain": "Madrid",
+    "Italy": "Rome",
+    "Egypt": "Cairo",
+    "Peru": "Lima",
+    "Norway": "Oslo",
+    "Russia": "Moscow",
+    "China": "Beijing",
+    "Vietnam": "Hanoi",
+    "Canada": "Ottawa",
+    "Australia": "Canberra",
+    "Sweden": "Stockholm",
+    "Denmark": "Copenhagen",
+    "Belgium": "Brussels",
+    "Hungary": "Budapest",
+    "Turkey": "Ankara",
+    "Iran": "Tehran",
+    "Iraq": "Baghdad",
+    "Venezuela": "Caracas",
+    "Chile": "Santiago",
+    "Colombia": "Bogota",
+}
+#: currency names as a request words them -> the ISO code the tool takes
+_CURRENCY_NAMES: dict[str, str] = {
+    "dollars": "USD",
+    "euros": "EUR",
+    "pounds": "GBP",
+    "yen": "JPY",
+    "yuan": "CNY",
+    "rupees": "INR",
+    "francs": "CHF",
+    "rubles": "RUB",
+}
+#: (hour on a 12-hour clock, "am" / "pm") -> the 24-hour ``hour``: 1-11 am and 1-11 pm
+_CLOCK = tuple((h, half) for half in ("am", "pm") for h in range(1, 12))
+
+_COMPUTED_TEMPLATES: dict[str, tuple[str, ...]] = {
+    "get_weather": (
+        "What is the weather in the capital of {country}?",
+        "Tell me the weather in the capital of {country} today.",
+        "Is it raining in the capital of {country}?",
+        "How warm is it in the capital of {country} right now?",
+        "What's the forecast for the capital of {country}?",
+        "Check the weather in the capital of {country}.",
+        "Will it snow in the capital of {country} tomorrow?",
+        "Do I need an umbrella in the capital of {country}?",
+    ),
+    "convert_currency": (
+        "Convert {amount} {source_name} to {target_name}.",
+        "How much is {amount} {source_name} in {target_name}?",
+        "Exchange {amount} {source_name} for {target_name}.",
+    ),
+    "search_web": _TOOL_TEMPLATES["search_web"],
+    "set_alarm": (
+        "Set an alarm for {clock} {half}.",
+        "Wake me up at {clock} {half}.",
+        "Please set an alarm at {clock} {half}.",
+        "Alarm at {clock} {half}, please.",
+        "I need an alarm at {clock} {half}.",
+        "Ring me at {clock} {half}.",
+        "Set my alarm to {clock} {half}.",
+    ),
+}
+
+
+def _computed_arg_sets(name: str) -> Iterator[tuple[dict[str, Any], dict[str, Any], str]]:
+    """(template fields, tool arguments, the Thought's working) of every request of a tool whose
+    arguments the model must compute: look up a capital or a currency code, convert a 12-hour time."""
+    if name == "get_weather":
+        for country, city in _CAPITALS.items():
+            yield {"country": country}, {"city": city}, f"capital of {country} is {city}; "
+    elif name == "convert_currency":
+        for amount in _AMOUNTS:
+            for src, src_code in _CURRENCY_NAMES.items():
+                for tgt, tgt_code in _CURRENCY_NAMES.items():
+                    if src != tgt:
+                        fields = {"amount": amount, "source_name": src, "target_name": tgt}
+                        args = {"amount": amount, "source": src_code, "target": tgt_code}
+                        yield fields, args, f"{src} {src_code}, {tgt} {tgt_code}; "
+    elif name == "search_web":
+        for q in _QUERIES:
+            yield {"query": q}, {"query": q}, ""
+    elif name == "set_alarm":
+        for clock, half in _CLOCK:
+            hour = clock + (12 if half == "pm" else 0)
+            yield {"clock": clock, "half": half}, {"hour": hour}, f"{clock} {half} is {hour}; "
+    else:  # pragma: no cover - TOOLS and this function are kept in sync
+        raise AssertionError(name)
+
+
 def _tooluse_universe(difficulty: Difficulty) -> list[tuple[Any, dict[str, Any]]]:
-    del difficulty  # no knob yet: the tiny base's tool-use accuracy is limited by copying, not by task size
+    """Every request, grouped by tool. ``tooluse_args: copied``: the request names each argument;
+    ``computed``: the Thought works each one out first (:func:`_computed_arg_sets`)."""
     out = []
     for name in TOOLS:
-        for template in _TOOL_TEMPLATES[name]:
-            for args in _tool_arg_sets(name):
-                prompt = _TOOLUSE_HEADER + template.format(**args)
-                solution = f" <think>use {name}</think> Action: {name}\nAction Input: {json.dumps(args)}"
-                answer = json.dumps({"actions": [name], "input": args})
-                out.append((name, _record(prompt, answer, "tooluse", solution)))
+        if difficulty.tooluse_args == "computed":
+            cases = [
+                (template, fields, args, work)
+                for template in _COMPUTED_TEMPLATES[name]
+                for fields, args, work in _computed_arg_sets(name)
+            ]
+        else:
+            cases = [(template, args, args, "") for template in _TOOL_TEMPLATES[name] for args in _tool_arg_sets(name)]
+        for template, fields, args, work in cases:
+            prompt = _TOOLUSE_HEADER + template.format(**fields)
+            solution = f" <think>{work}use {name}</think> Action: {name}\nAction Input: {json.dumps(args)}"
+            answer = json.dumps({"actions": [name], "input": args})
+            out.append((name, _record(prompt, answer, "tooluse", solution)))
     return out
