@@ -561,11 +561,19 @@ def test_mitigation_runs_have_distinct_names_labels_and_are_variants():
 #: docs/mitigations.md was measured on
 MITIGATIONS_PRESET = {
     "base.sft_steps": 400,
-    "data.difficulty": {"math_addend_max": 9, "math_terms": 2, "science_options": 4, "code_addend_max": 9},
+    "data.difficulty": {
+        "math_addend_max": 9,
+        "math_terms": 2,
+        "science_options": 4,
+        "science_properties": 1,
+        "code_addend_max": 9,
+        "tooluse_args": "copied",
+    },
     "train.steps": {"math": 50, "science": 50, "tooluse": 50, "code": 20},
     "train.max_completion_length": {"math": 40, "science": 48, "tooluse": 56, "code": 48},
     "train.lr": 1.0e-4,
     "evaluate.max_gen_toks": 64,
+    "evaluate.n_prompts": 32,
 }
 
 
