@@ -18,21 +18,12 @@ from sdpocl.data.domains import DOMAINS
 KINDS = ("domains", "ood")
 
 
-def _value(settings_or_value: Any) -> Any:
-    """``evaluate.n_prompts`` itself, from the value or from evaluation settings that hold it."""
-    if isinstance(settings_or_value, dict) and "n_prompts" in settings_or_value:
-        return settings_or_value["n_prompts"]
-    return settings_or_value
-
-
-def n_prompts_for(settings_or_value: Any, benchmark: str, domains: Collection[str] = DOMAINS) -> int | None:
+def n_prompts_for(value: Any, benchmark: str, domains: Collection[str] = DOMAINS) -> int | None:
     """The prompt limit of ``benchmark`` (an int, or None = every prompt) under ``evaluate.n_prompts``.
 
-    ``settings_or_value`` is the config value or the evaluation settings holding it (key
-    ``n_prompts``). An int or None applies to every benchmark; a mapping ``{domains: N, ood: M}``
-    gives N to a benchmark in ``domains`` (default: the four training domains, whose test sets are
-    the domain benchmarks of both presets) and M to any other (the OOD sets)."""
-    value = _value(settings_or_value)
+    An int or None applies to every benchmark; a mapping ``{domains: N, ood: M}`` gives N to a
+    benchmark in ``domains`` (default: the four training domains, whose test sets are the domain
+    benchmarks of both presets) and M to any other (the OOD sets)."""
     if isinstance(value, dict):
         if set(value) != set(KINDS):
             raise ValueError(f"evaluate.n_prompts: a mapping needs exactly the keys {', '.join(KINDS)}, got {value!r}")
@@ -51,10 +42,9 @@ def canonical_n_prompts(value: Any, ood: Collection[str]) -> Any:
     return dict(value)
 
 
-def describe_n_prompts(settings_or_value: Any, benchmarks: list[str], domains: Collection[str] = DOMAINS) -> str:
+def describe_n_prompts(value: Any, benchmarks: list[str], domains: Collection[str] = DOMAINS) -> str:
     """``"10 benchmarks x 32 prompts"``, or per kind: ``"4 domain benchmarks x 100 prompts + 6 OOD x 32 prompts"``
     (``all`` for no limit): the progress line of an evaluation."""
-    value = _value(settings_or_value)
     if not isinstance(value, dict):
         return f"{len(benchmarks)} benchmarks x {value or 'all'} prompts"
     n_own = sum(b in domains for b in benchmarks)

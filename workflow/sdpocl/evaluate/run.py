@@ -184,9 +184,9 @@ def summarize(records: list[dict]) -> dict:
 
 
 def _benchmark_settings(settings: dict, benchmark: str) -> dict:
-    """``settings`` with the prompt limit of ``benchmark`` alone (:func:`n_prompts_for`): what its resume
-    fingerprint keys on, so a changed limit of the OOD sets keeps the domain benchmarks' saved results.
-    Unchanged under a single limit for every benchmark."""
+    """``settings`` with the prompt limit of ``benchmark`` alone (:func:`n_prompts_for`): what it is
+    evaluated with and what its resume fingerprint keys on, so a changed limit of the OOD sets keeps the
+    domain benchmarks' saved results. Unchanged under a single limit for every benchmark (or none)."""
     if "n_prompts" not in settings:
         return settings
     return {**settings, "n_prompts": n_prompts_for(settings["n_prompts"], benchmark)}
@@ -201,7 +201,7 @@ def _evaluate_benchmark(lm, tm, benchmark: str, settings: dict, count_tokens) ->
         model=lm,
         tasks=[name],
         task_manager=tm,
-        limit=n_prompts_for(settings.get("n_prompts"), benchmark),
+        limit=settings["n_prompts"],
         log_samples=True,
         random_seed=seed,
         numpy_random_seed=seed,
@@ -254,10 +254,8 @@ def evaluate_model(
     k, max_gen = settings["samples"], settings["max_gen_toks"]
     t0 = time.time()
     model_id = resume.model_identity(model, hub_model)
-    fps = {
-        b: resume.fingerprint(model_id, backend, _benchmark_settings(settings, b), b, resume.task_identity(task_dir, b))
-        for b in benchmarks
-    }
+    own = {b: _benchmark_settings(settings, b) for b in benchmarks}
+    fps = {b: resume.fingerprint(model_id, backend, own[b], b, resume.task_identity(task_dir, b)) for b in benchmarks}
     done = {b: r for b in benchmarks if (r := resume.load(state_dir, b, fps[b])) is not None}
     lm = None
     if len(done) < len(benchmarks):  # no model load when every benchmark is already done
@@ -274,7 +272,7 @@ def evaluate_model(
     if missing:
         raise FileNotFoundError(f"no lm-eval task for benchmark(s) {', '.join(missing)} in {task_dir}")
     print(
-        f"[evaluate] {model} ({backend}): {describe_n_prompts(settings.get('n_prompts'), benchmarks)} "
+        f"[evaluate] {model} ({backend}): {describe_n_prompts(settings['n_prompts'], benchmarks)} "
         f"x {k} samples ({len(done)} done in an earlier attempt)",
         flush=True,
     )
@@ -284,7 +282,7 @@ def evaluate_model(
         tb = time.time()
         result = done.get(b)
         if result is None:
-            result = _evaluate_benchmark(lm, tm, b, settings, count_tokens)
+            result = _evaluate_benchmark(lm, tm, b, own[b], count_tokens)
             resume.save(state_dir, b, fps[b], result)
         write_jsonl(out_dir / "samples" / f"{b}.jsonl", result["records"])
         scores[b] = result["scores"]

@@ -43,14 +43,13 @@ PROPERTIES: dict[str, dict[str, int]] = {
     "melting point": MELTING_POINTS,
     "density": DENSITIES,
 }
-#: the reasoning's first word names the table it recalls (only with more than one property)
-_PROPERTY_TAGS = {"boiling point": "boiling", "melting point": "melting", "density": "density"}
 _KINDS = {"max": "highest", "min": "lowest"}
 _LETTERS = "ABCDEF"
 
 
 def science_reasoning(opts: Sequence[str], vals: Sequence[int], kind: str, tag: str = "") -> str:
-    """The reference reasoning of a boiling-point question: each option with its letter and value,
+    """The reference reasoning of a property question: the table's ``tag`` (with more than one
+    property), each option with its letter and value,
     then the extreme one with its letter again, so the answer is a copy of the token after the
     chosen name. Measured (docs/tiny-preset.md): the tiny base answers at chance with this layout as
     with names alone (Acc@8 0.27): it finds the right compound but does not copy from its context."""
@@ -88,7 +87,7 @@ def _science_universe(difficulty: Difficulty) -> list[tuple[Any, dict[str, Any]]
     props = list(PROPERTIES)[: difficulty.science_properties]
     for prop, kind in itertools.product(props, _KINDS):
         table, question = PROPERTIES[prop], f"Which compound has the {_KINDS[kind]} {prop}?"
-        tag = _PROPERTY_TAGS[prop] if len(props) > 1 else ""
+        tag = prop.split()[0] if len(props) > 1 else ""  # the reasoning names the table it recalls
         group = kind if len(props) == 1 else (prop, kind)
         for opts in _science_option_tuples(difficulty.science_options):
             vals = [table[o] for o in opts]
