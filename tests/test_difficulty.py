@@ -160,6 +160,78 @@ def test_sft_mixture_keeps_every_tool_a_quarter_when_it_repeats():
         D.generate("tooluse", "train", 5000, 0)  # without cycling, too many is still an error
 
 
+@pytest.mark.parametrize("args", ["copied", "computed"])
+def test_two_call_tooluse_requests(args):
+    """``tooluse_calls: 2``: half the requests join two requests of two different tools; the Thought holds
+    both workings before the first Action, both calls follow in the request's order, the reference scores
+    1.0 and either call alone 0.0 (ToolAlpaca's rule: the multiset of names and the merged inputs)."""
+    from sdpocl.rewards.tooluse import tooluse_reward
+
+    difficulty = {"tooluse_args": args, "tooluse_calls": 2, "reasoning": "visible"}
+    singles = {r["prompt"]: r for r in D.generate("tooluse", "train", 500, 1234, {"tooluse_args": args})}
+    records = D.generate("tooluse", "train", 500, 1234, difficulty)
+    pairs = [r for r in records if len(json.loads(r["answer"])["actions"]) == 2]
+    assert 0.4 <= len(pairs) / len(records) <= 0.6, len(pairs)
+    calls = Counter()
+    for r in records:
+        answer = json.loads(r["answer"])
+        calls.update(answer["actions"])
+        if len(answer["actions"]) == 1:
+            assert r["solution"].count("\nAction: ") == 1 and "Also," not in r["prompt"]
+            continue
+        (name1, name2), merged = answer["actions"], answer["input"]
+        assert name1 != name2 and name1 in D.TOOLS and name2 in D.TOOLS
+        m = re.fullmatch(
+            rf" Thought: (.*)use {name1} and {name2}\nAction: {name1}\nAction Input: (\{{.*\}})"
+            rf"\nAction: {name2}\nAction Input: (\{{.*\}})",
+            r["solution"],
+        )
+        assert m, r["solution"]
+        args1, args2 = json.loads(m.group(2)), json.loads(m.group(3))
+        assert list(args1) == list(D.TOOLS[name1][0]) and list(args2) == list(D.TOOLS[name2][0])
+        assert merged == {**args1, **args2} and len(merged) == len(args1) + len(args2)
+        work = m.group(1)  # both workings, in the request's order, before the first Action
+        if args == "computed":
+            for name, a in ((name1, args1), (name2, args2)):
+                if name == "get_weather":
+                    assert f" is {a['city']}; " in work
+                elif name == "set_alarm":
+                    assert f" is {a['hour']}; " in work
+                elif name == "convert_currency":
+                    assert f" {a['source']}, " in work and f" {a['target']}; " in work
+            if "search_web" not in (name1, name2):
+                assert work.count("; ") >= 2, work
+        else:
+            assert work == ""
+        request = r["prompt"].split("Request: ")[1]
+        assert r["prompt"] not in singles and len(re.findall(r"[.?] ", request)) >= 1
+        assert tooluse_reward([r["solution"]], answer=[r["answer"]]) == [1.0]
+        one_call = r["solution"].split("\nAction: " + name2)[0]
+        assert tooluse_reward([one_call], answer=[r["answer"]]) == [0.0]
+        second_only = f"Action: {name2}\nAction Input: {json.dumps(args2)}"
+        assert tooluse_reward([second_only], answer=[r["answer"]]) == [0.0]
+    # every tool about equally often over all the calls (a quarter each, ±20%)
+    assert max(calls.values()) < 1.2 * min(calls.values()), calls
+    test = D.generate("tooluse", "test", 100, 1234, difficulty)
+    assert 40 <= sum(len(json.loads(r["answer"])["actions"]) == 2 for r in test) <= 60
+    assert not {r["prompt"] for r in test} & {r["prompt"] for r in records}
+
+
+def test_two_call_tooluse_keeps_half_the_warm_up_and_one_call_is_the_default():
+    """The SFT warm-up stratifies over four single and four two-call groups: half its tool-use examples
+    are two-call. ``tooluse_calls: 1`` is the data of an unset key, and only TOOLUSE changes with 2."""
+    difficulty = {"tooluse_args": "computed", "tooluse_calls": 2}
+    mix = [e for e in D.sft_mixture(2000, 1234, 0.25, difficulty) if e["domain"] == "tooluse"]
+    two_call = sum(e["completion"].count("Action Input: ") == 2 for e in mix)
+    assert abs(two_call - len(mix) / 2) <= 4, two_call  # 8 groups: the last, partial round is off by <= 4
+    for domain in D.DOMAINS:
+        for split, n in (("train", 500), ("test", 100)):
+            plain = D.generate(domain, split, n, 1234, {"tooluse_args": "computed"})
+            assert D.generate(domain, split, n, 1234, {"tooluse_args": "computed", "tooluse_calls": 1}) == plain
+            assert (D.generate(domain, split, n, 1234, difficulty) == plain) == (domain != "tooluse")
+    assert D.Difficulty.of({"tooluse_calls": 1}) == D.Difficulty()
+
+
 def test_hard_code_reference_passes_its_tests_and_reasons_to_the_constant():
     ks = set()
     for r in D.generate("code", "train", 200, seed=4, difficulty=HARD):
@@ -210,6 +282,9 @@ def test_hard_splits_are_disjoint():
         ({"maths_addend_max": 9}, r"unknown data\.difficulty key\(s\) maths_addend_max"),
         ({"science_properties": 4}, r"data\.difficulty\.science_properties must be an integer in \[1, 3\], got 4"),
         ({"tooluse_args": "copy"}, r"data\.difficulty\.tooluse_args must be one of copied, computed, got 'copy'"),
+        ({"tooluse_calls": 0}, r"data\.difficulty\.tooluse_calls must be an integer in \[1, 2\], got 0"),
+        ({"tooluse_calls": 3}, r"data\.difficulty\.tooluse_calls must be an integer in \[1, 2\], got 3"),
+        ({"tooluse_calls": "2"}, r"data\.difficulty\.tooluse_calls must be an integer in \[1, 2\], got '2'"),
     ],
 )
 def test_bad_difficulty_names_the_key(bad, message):

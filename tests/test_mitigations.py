@@ -568,6 +568,7 @@ MITIGATIONS_PRESET = {
         "science_properties": 1,
         "code_addend_max": 9,
         "tooluse_args": "copied",
+        "tooluse_calls": 1,
     },
     "train.steps": {"math": 50, "science": 50, "tooluse": 50, "code": 20},
     "train.max_completion_length": {"math": 40, "science": 48, "tooluse": 56, "code": 48},

@@ -103,6 +103,9 @@ class Difficulty:
     recall and keep apart. ``tooluse_args``: ``copied`` (the request names every argument) or
     ``computed`` (the request names a country, currency names, a 12-hour time; the argument is the
     capital, the ISO codes, the 24-hour hour, written in the Thought first; search queries stay copied).
+    ``tooluse_calls``: 1 (one tool call per request) or 2 (half the requests join two requests of two
+    different tools, as BFCL's "multiple" categories: the Thought holds both workings, then both calls
+    follow in the request's order; the other half are the single requests of 1).
     ``code_addend_max``: the same for the constant of a code
     task (given as "the sum of a and b"). ``reasoning``: the format of the reference solutions the base
     is warmed up on (``think`` or ``visible``, :func:`render_reasoning`); not a task size, so the
@@ -114,6 +117,7 @@ class Difficulty:
     science_properties: int = 1
     code_addend_max: int = 9
     tooluse_args: str = "copied"
+    tooluse_calls: int = 1
     #: the reference solutions' reasoning (:func:`render_reasoning`): what the base is warmed up to write
     reasoning: str = "think"
 
@@ -132,6 +136,7 @@ class Difficulty:
             ("science_options", 2, 6),
             ("science_properties", 1, 3),
             ("code_addend_max", 2, 99),
+            ("tooluse_calls", 1, 2),
         )
         for name, lo, hi in bounds:
             value = getattr(self, name)

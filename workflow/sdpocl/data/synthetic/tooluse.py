@@ -1,13 +1,15 @@
-"""The ``tooluse`` domain (dataset ``tiny_tooluse``): ReAct-style single tool calls over :data:`TOOLS`;
-the completion ends with ``Action: name`` / ``Action Input: {json}``."""
+"""The ``tooluse`` domain (dataset ``tiny_tooluse``): ReAct-style tool calls over :data:`TOOLS`;
+the completion ends with ``Action: name`` / ``Action Input: {json}`` (twice for a two-call request,
+``data.difficulty.tooluse_calls: 2``)."""
 
 from __future__ import annotations
 
 import json
+import random
 from collections.abc import Iterator
 from typing import Any
 
-from sdpocl.data.synthetic.common import Difficulty, _record
+from sdpocl.data.synthetic.common import Difficulty, _record, _stable_int
 
 #: name -> (argument names, description)
 TOOLS: dict[str, tuple[tuple[str, ...], str]] = {
@@ -237,22 +239,88 @@ def _computed_arg_sets(name: str) -> Iterator[tuple[dict[str, Any], dict[str, An
         raise AssertionError(name)
 
 
+#: ``tooluse_calls: 2``: how a two-call request joins its two requests; ``{second}`` starts lowercased
+#: where the wording goes on mid-sentence (:func:`_lower_first`)
+_JOINS = ("{first} {second}", "{first} Also, {second}", "{first} After that, {second}")
+#: ``tooluse_calls: 2``: two-call requests drawn per ordered pair of distinct tools (12 pairs: 3,072
+#: requests, 768 per first tool, ~610 of them in train: the default warm-up's ~340 examples per group
+#: repeat none)
+_PAIRS_PER_ORDERED_PAIR = 256
+
+
+def _lower_first(request: str) -> str:
+    """``request`` with its first letter lowercased, as it reads after "Also, " ("I need ..." kept)."""
+    return request if request.startswith("I ") else request[0].lower() + request[1:]
+
+
+def _cases(name: str, difficulty: Difficulty) -> list[tuple[str, dict[str, Any], dict[str, Any], str]]:
+    """(template, template fields, tool arguments, the Thought's working) of every single request of a tool."""
+    if difficulty.tooluse_args == "computed":
+        return [
+            (template, fields, args, work)
+            for template in _COMPUTED_TEMPLATES[name]
+            for fields, args, work in _computed_arg_sets(name)
+        ]
+    return [(template, args, args, "") for template in _TOOL_TEMPLATES[name] for args in _tool_arg_sets(name)]
+
+
+def _two_call_records(
+    cases: dict[str, list[tuple[str, dict[str, Any], dict[str, Any], str]]], tooluse_args: str
+) -> list[tuple[str, dict[str, Any]]]:
+    """(group, record) of the two-call requests: for each ordered pair of distinct tools,
+    :data:`_PAIRS_PER_ORDERED_PAIR` distinct requests, each two single requests (any wording, any
+    arguments, uniformly drawn) joined by one of :data:`_JOINS`, with a ``random.Random`` seeded by a
+    SHA-256 of ``tooluse_args`` (the full cross product has millions of requests). The Thought holds
+    both workings, then both calls follow in the request's order; the answer merges both inputs
+    (the tools' argument names are disjoint, so :func:`sdpocl.rewards.tooluse.tooluse_reward` checks
+    both). Grouped by the first tool (``"get_weather+"``): see :func:`_tooluse_universe`."""
+    rng = random.Random(_stable_int("sdpocl-tooluse-two-calls", tooluse_args))
+    out = []
+    for name1 in TOOLS:
+        for name2 in TOOLS:
+            if name1 == name2:
+                continue
+            seen: set[str] = set()
+            while len(seen) < _PAIRS_PER_ORDERED_PAIR:
+                template1, fields1, args1, work1 = rng.choice(cases[name1])
+                template2, fields2, args2, work2 = rng.choice(cases[name2])
+                join = rng.choice(_JOINS)
+                second = template2.format(**fields2)
+                if join != "{first} {second}":
+                    second = _lower_first(second)
+                prompt = _TOOLUSE_HEADER + join.format(first=template1.format(**fields1), second=second)
+                if prompt in seen:
+                    continue
+                seen.add(prompt)
+                solution = (
+                    f" <think>{work1}{work2}use {name1} and {name2}</think>"
+                    f" Action: {name1}\nAction Input: {json.dumps(args1)}"
+                    f"\nAction: {name2}\nAction Input: {json.dumps(args2)}"
+                )
+                answer = json.dumps({"actions": [name1, name2], "input": {**args1, **args2}})
+                out.append((f"{name1}+", _record(prompt, answer, "tooluse", solution)))
+    return out
+
+
 def _tooluse_universe(difficulty: Difficulty) -> list[tuple[Any, dict[str, Any]]]:
     """Every request, grouped by tool. ``tooluse_args: copied``: the request names each argument;
-    ``computed``: the Thought works each one out first (:func:`_computed_arg_sets`)."""
-    out = []
+    ``computed``: the Thought works each one out first (:func:`_computed_arg_sets`).
+
+    ``tooluse_calls: 2`` (BFCL's "multiple" / "parallel multiple" categories): the single requests and
+    as many groups of two-call requests (:func:`_two_call_records`), one per first tool. Sampling
+    (:func:`sdpocl.data.synthetic.sampling.generate`) takes one request from each group per round, so
+    four single groups (by tool) and four two-call groups (by first tool, the second drawn evenly from
+    the other three) give every split and the SFT warm-up half single and half two-call requests, and
+    every tool about equally (a quarter of the singles, of the first and of the second calls); grouping
+    the pairs by ordered pair instead would make 12 of 16 groups, three quarters of the requests, pairs."""
+    cases = {name: _cases(name, difficulty) for name in TOOLS}
+    out: list[tuple[Any, dict[str, Any]]] = []
     for name in TOOLS:
-        if difficulty.tooluse_args == "computed":
-            cases = [
-                (template, fields, args, work)
-                for template in _COMPUTED_TEMPLATES[name]
-                for fields, args, work in _computed_arg_sets(name)
-            ]
-        else:
-            cases = [(template, args, args, "") for template in _TOOL_TEMPLATES[name] for args in _tool_arg_sets(name)]
-        for template, fields, args, work in cases:
+        for template, fields, args, work in cases[name]:
             prompt = _TOOLUSE_HEADER + template.format(**fields)
             solution = f" <think>{work}use {name}</think> Action: {name}\nAction Input: {json.dumps(args)}"
             answer = json.dumps({"actions": [name], "input": args})
             out.append((name, _record(prompt, answer, "tooluse", solution)))
+    if difficulty.tooluse_calls == 2:
+        out.extend(_two_call_records(cases, difficulty.tooluse_args))
     return out
