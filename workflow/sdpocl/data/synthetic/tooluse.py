@@ -264,6 +264,17 @@ def _cases(name: str, difficulty: Difficulty) -> list[tuple[str, dict[str, Any],
     return [(template, args, args, "") for template in _TOOL_TEMPLATES[name] for args in _tool_arg_sets(name)]
 
 
+def _call_record(prompt: str, calls: list[tuple[str, dict[str, Any], str]]) -> dict[str, Any]:
+    """The record of a request for ``calls`` ((tool, arguments, the Thought's working), in order): the
+    Thought holds every working, then each call follows; the answer lists the tools and merges the
+    arguments (ToolAlpaca's rule, :func:`sdpocl.rewards.tooluse.tooluse_reward`)."""
+    names = [name for name, _args, _work in calls]
+    thought = "".join(work for _name, _args, work in calls) + "use " + " and ".join(names)
+    actions = "\n".join(f"Action: {name}\nAction Input: {json.dumps(args)}" for name, args, _work in calls)
+    answer = json.dumps({"actions": names, "input": {k: v for _name, args, _work in calls for k, v in args.items()}})
+    return _record(prompt, answer, "tooluse", f" <think>{thought}</think> {actions}")
+
+
 def _two_call_records(
     cases: dict[str, list[tuple[str, dict[str, Any], dict[str, Any], str]]], tooluse_args: str
 ) -> list[tuple[str, dict[str, Any]]]:
@@ -292,13 +303,7 @@ def _two_call_records(
                 if prompt in seen:
                     continue
                 seen.add(prompt)
-                solution = (
-                    f" <think>{work1}{work2}use {name1} and {name2}</think>"
-                    f" Action: {name1}\nAction Input: {json.dumps(args1)}"
-                    f"\nAction: {name2}\nAction Input: {json.dumps(args2)}"
-                )
-                answer = json.dumps({"actions": [name1, name2], "input": {**args1, **args2}})
-                out.append((f"{name1}+", _record(prompt, answer, "tooluse", solution)))
+                out.append((f"{name1}+", _call_record(prompt, [(name1, args1, work1), (name2, args2, work2)])))
     return out
 
 
@@ -318,9 +323,7 @@ def _tooluse_universe(difficulty: Difficulty) -> list[tuple[Any, dict[str, Any]]
     for name in TOOLS:
         for template, fields, args, work in cases[name]:
             prompt = _TOOLUSE_HEADER + template.format(**fields)
-            solution = f" <think>{work}use {name}</think> Action: {name}\nAction Input: {json.dumps(args)}"
-            answer = json.dumps({"actions": [name], "input": args})
-            out.append((name, _record(prompt, answer, "tooluse", solution)))
+            out.append((name, _call_record(prompt, [(name, args, work)])))
     if difficulty.tooluse_calls == 2:
         out.extend(_two_call_records(cases, difficulty.tooluse_args))
     return out
