@@ -1,0 +1,153 @@
+"""Bench: transformers' ``sdpa`` attention against sdpocl.cpu_attention's, on the tiny base.
+
+Two measurements, each interleaved (stock, then CPU-GQA, repeated) so that machine noise hits both
+alike; CPU seconds of this process, the fastest repeat of each:
+- generation: one batch of a domain's training prompts (the rollout and evaluation batch size),
+  sampled to a fixed length, as ``generate`` runs in a rollout step and in lm-eval;
+- a train stage's rollout steps (``train_stage``, the real TRL path), seconds per step;
+- with ``--eval-settings`` (the JSON the evaluate rule passes; ``snakemake -n -p`` prints it): one
+  whole evaluation of the base on every benchmark (``evaluate_model``, lm-eval), wall seconds.
+
+    python bench/attention_speed.py --results results --domain tooluse --steps 4 --repeats 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import time
+from pathlib import Path
+from unittest import mock
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+import sdpocl.cpu_attention as cpu_attention
+from sdpocl.config import load_config, run_by_name, stage_settings
+from sdpocl.io import read_jsonl
+from sdpocl.prompts import plain_text
+from sdpocl.train.stage import train_stage
+
+MODES = {"stock sdpa": cpu_attention.use_stock_sdpa_attention, "cpu gqa": cpu_attention.use_cpu_gqa_attention}
+
+
+def generation_cpu_s(model_dir: Path, prompts: list[str], new_tokens: int, repeats: int) -> dict[str, float]:
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    tok.padding_side = "left"
+    model = AutoModelForCausalLM.from_pretrained(model_dir).eval()
+    batch = tok(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
+    best: dict[str, float] = {}
+    tokens = set()
+    for _ in range(repeats):
+        for name, use in MODES.items():
+            use()
+            torch.manual_seed(0)
+            t0 = time.process_time()
+            with torch.inference_mode():
+                out = model.generate(
+                    **batch,
+                    do_sample=True,
+                    max_new_tokens=new_tokens,
+                    min_new_tokens=new_tokens,
+                    pad_token_id=tok.pad_token_id,
+                    top_k=0,
+                )
+            best[name] = min(best.get(name, float("inf")), time.process_time() - t0)
+            tokens.add(hash(out.numpy().tobytes()))
+    cpu_attention.use_stock_sdpa_attention()
+    if len(tokens) != 1:
+        raise SystemExit("the two attentions sampled different tokens from the same seed")
+    return best
+
+
+def step_seconds(config: dict, results: Path, domain: str, steps: int, repeats: int) -> dict[str, float]:
+    settings = stage_settings(config, run_by_name(config, "sdpo_a0_s0"), (domain,))
+    settings.update(steps=steps, save_every=10 * steps)
+    best: dict[str, float] = {}
+    for _ in range(repeats):
+        for name, use in MODES.items():
+            # train_stage registers the CPU attention itself: make that call pick this mode's instead.
+            with mock.patch.object(cpu_attention, "use_cpu_gqa_attention", use), tempfile.TemporaryDirectory() as tmp:
+                summary = train_stage(
+                    settings,
+                    results / "base" / "model",
+                    results / "data" / domain / "train.jsonl",
+                    Path(tmp) / "out",
+                    Path(tmp) / "state",
+                )
+            best[name] = min(best.get(name, float("inf")), summary["seconds_per_step"])
+            print(f"[bench] {name}: {summary['seconds_per_step']:.3f} s per SDPO_0 {domain} step", flush=True)
+    cpu_attention.use_stock_sdpa_attention()
+    return best
+
+
+def evaluation_seconds(results: Path, settings: str, repeats: int) -> dict[str, float]:
+    from sdpocl.evaluate.run import evaluate_model
+
+    benchmarks = sorted(p.stem for p in (results / "eval_tasks").glob("*.yaml"))
+    best: dict[str, float] = {}
+    for _ in range(repeats):
+        for name, use in MODES.items():
+            with mock.patch.object(cpu_attention, "use_cpu_gqa_attention", use), tempfile.TemporaryDirectory() as tmp:
+                t0 = time.perf_counter()
+                evaluate_model(
+                    str(results / "base" / "model"),
+                    str(results / "eval_tasks"),
+                    benchmarks,
+                    str(Path(tmp) / "out"),
+                    settings=json.loads(settings),
+                    state_dir=str(Path(tmp) / "state"),
+                    threads=1,
+                )
+                seconds = time.perf_counter() - t0
+            best[name] = min(best.get(name, float("inf")), seconds)
+            print(f"[bench] {name}: evaluation of the base in {seconds:.1f} s", flush=True)
+    cpu_attention.use_stock_sdpa_attention()
+    return best
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--config", default="config/config.yaml")
+    p.add_argument("--results", default=None, help="results folder holding base/model and data/ (default: config's)")
+    p.add_argument("--domain", default="tooluse")
+    p.add_argument("--steps", type=int, default=4, help="rollout steps per train-stage repeat (0: skip)")
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--new-tokens", type=int, default=40)
+    p.add_argument("--eval-settings", help="the evaluate rule's --settings JSON: also time one whole evaluation")
+    a = p.parse_args()
+
+    torch.set_num_threads(1)
+    config = load_config(a.config)
+    results = Path(a.results or config["results"])
+    batch = config["train"]["prompts_per_step"] * config["train"]["num_generations"]
+    rows = read_jsonl(results / "data" / a.domain / "train.jsonl")[:batch]
+    prompts = [plain_text(r) for r in rows]  # the tiny preset's prompt format
+    gen = generation_cpu_s(results / "base" / "model", prompts, a.new_tokens, a.repeats)
+    report = {
+        "domain": a.domain,
+        "generation": {
+            "batch": len(prompts),
+            "new_tokens": a.new_tokens,
+            "cpu_ms_per_token": {k: round(1000 * v / a.new_tokens, 2) for k, v in gen.items()},
+            "ratio_cpu_gqa_over_stock": round(gen["cpu gqa"] / gen["stock sdpa"], 3),
+        },
+    }
+    if a.steps:
+        steps = step_seconds(config, results, a.domain, a.steps, a.repeats)
+        report["train_step"] = {
+            "seconds_per_step": {k: round(v, 3) for k, v in steps.items()},
+            "ratio_cpu_gqa_over_stock": round(steps["cpu gqa"] / steps["stock sdpa"], 3),
+        }
+    if a.eval_settings:
+        ev = evaluation_seconds(results, a.eval_settings, a.repeats)
+        report["evaluation"] = {
+            "wall_seconds": {k: round(v, 1) for k, v in ev.items()},
+            "ratio_cpu_gqa_over_stock": round(ev["cpu gqa"] / ev["stock sdpa"], 3),
+        }
+    print(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main()
