@@ -4,10 +4,11 @@ transformers' ``sdpa`` attention repeats a GQA model's key and value heads (``re
 the whole KV cache, in every layer at every generated token) whenever an attention mask is given,
 because CUDA's fused kernels take ``enable_gqa`` only without one. Every batch this workflow runs
 is padded, so it always has a mask. torch's CPU kernel takes ``enable_gqa`` with a mask and returns
-the same values, bit for bit (tests/test_cpu_attention.py). ``use_cpu_gqa_attention`` registers an
-``sdpa`` that passes it on a CPU and leaves every other case (GPU, no mask, no grouping) to
-transformers' own function. The tiny preset's generation, which is most of an evaluation and about half
-of a rollout step, spends less time per token (``python bench/attention_speed.py`` prints the ratio).
+the same values (logits and gradients within 1e-5, the same sampled tokens:
+tests/test_cpu_attention.py). ``use_cpu_gqa_attention`` registers an ``sdpa`` that passes it on a
+CPU and leaves every other case (GPU, no mask, no grouping) to transformers' own function. The tiny
+preset's generation, most of an evaluation and about half of a rollout step, spends less time per
+token (``python bench/attention_speed.py`` prints the ratio).
 """
 
 from __future__ import annotations
