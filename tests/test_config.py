@@ -18,7 +18,7 @@ from sdpocl.config import (
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.mark.parametrize("name", ["config.yaml", "tiny-full.yaml", "smoke.yaml", "paper.yaml"])
+@pytest.mark.parametrize("name", ["config.yaml", "tiny-full.yaml", "tiny-seeds.yaml", "smoke.yaml", "paper.yaml"])
 def test_shipped_configs_validate(name):
     config = load_config(ROOT / "config" / name)
     assert expand_runs(config)
@@ -38,6 +38,20 @@ def test_the_default_grid_is_the_headline_and_tiny_full_adds_the_rest():
     assert {run.name for run in expand_runs(default)} < set(full_runs)
     assert any(r.cot for r in full_runs.values()) and any(r.mask_prob for r in full_runs.values())
     assert full["single_domain_runs"]
+
+
+def test_the_three_seed_config_is_the_default_on_the_report_seeds_with_the_headline_pair():
+    """config/tiny-seeds.yaml: the default's settings, GRPO and SDPO_0 on seeds 3-5 (the seeds no default
+    was tuned on), in a results directory of its own so the default's tables are not overwritten."""
+    default, seeds = load_config(ROOT / "config" / "config.yaml"), load_config(ROOT / "config" / "tiny-seeds.yaml")
+    own = ("runs", "single_domain_runs", "seeds", "results")
+    assert {k: v for k, v in default.items() if k not in own} == {k: v for k, v in seeds.items() if k not in own}
+    assert seeds["seeds"] == [3, 4, 5] and seeds["results"] != default["results"]
+    default_runs = {run.name: run for run in expand_runs(default)}
+    assert {(r.label, r.seed) for r in expand_runs(seeds)} == {
+        (label, seed) for label in ("GRPO", "SDPO_0") for seed in (3, 4, 5)
+    }
+    assert all(r.name.rsplit("_s", 1)[0] + "_s0" in default_runs for r in expand_runs(seeds))
 
 
 def test_defaults_are_filled(smoke_config):
