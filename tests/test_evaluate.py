@@ -106,6 +106,42 @@ def test_acc_at_8_scores_every_sample_not_just_the_first(tmp_path):
     assert all(len(s["filtered_resps"][0]) == 8 for s in samples)
 
 
+def test_a_benchmark_is_scored_in_one_reward_call_not_one_per_prompt(tmp_path, monkeypatch):
+    """The task's filter scores every prompt's samples in one reward call (the code reward starts
+    one sandbox runner per call); process_results and the sample log then reuse those scores."""
+    import sdpocl.rewards as rewards
+    from lm_eval import simple_evaluate
+    from lm_eval.tasks import TaskManager
+
+    from sdpocl.evaluate import tasks
+
+    monkeypatch.setattr(tasks, "_SCORES", type(tasks._SCORES)())  # nothing memoised by other tests
+    calls = []
+
+    def counting(domain):
+        reward = reward_for(domain)
+
+        def count(completions, **kw):
+            calls.append(len(completions))
+            return reward(completions, **kw)
+
+        return count
+
+    monkeypatch.setattr(rewards, "reward_for", counting)
+    tasks_dir = _task(tmp_path)
+    recs = [json.loads(line) for line in (tmp_path / "toy.jsonl").read_text().splitlines()]
+    for rec, answer in zip(recs, ["5", "6", "7"], strict=True):  # 1 of 8 right, 7 of 8, none
+        rec["answer"] = answer
+    (tmp_path / "toy.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    tm = TaskManager(include_path=str(tasks_dir), include_defaults=False)
+    res = simple_evaluate(model=_FirstRightLM(), tasks=[task_name("toy")], task_manager=tm, log_samples=True)
+    assert res["results"][task_name("toy")]["acc,all_samples"] == pytest.approx((1 / 8 + 7 / 8 + 0) / 3)
+    assert calls == [3 * 8]
+    s = min(res["samples"][task_name("toy")], key=lambda s: s["doc_id"])
+    assert tasks.score_samples(s["doc"], s["filtered_resps"][0]) == [1.0] + [0.0] * 7
+    assert calls == [3 * 8]
+
+
 def test_process_results_is_the_mean_over_samples():
     doc = {"prompt": "p", "answer": "5", "tests": [], "domain": "math"}
     assert process_results(doc, [[RIGHT, WRONG, WRONG, RIGHT]]) == {"acc": 0.5}

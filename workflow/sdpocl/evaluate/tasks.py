@@ -4,16 +4,18 @@ One YAML per benchmark is written by :func:`write_task_yaml`; lm-eval loads it w
 ``TaskManager(include_path=...)``. Each task samples ``repeats`` responses per prompt, keeps
 *all* of them (``take_first_k`` with k = repeats — lm-eval's default filter would score only the
 first) and scores every one with the training reward of the record's ``domain``, so training
-and evaluation agree. The per-prompt metric ``acc`` is the mean over the samples, so lm-eval's
+and evaluation agree (a filter after ``take_first_k`` scores the whole benchmark in one batch per
+domain; ``process_results`` then reads the memo). The per-prompt metric ``acc`` is the mean over the samples, so lm-eval's
 ``mean`` aggregation over prompts is Acc@k and its stderr is the standard error over prompts.
 The same tasks run by hand: ``lm_eval --include_path <dir> --tasks sdpocl_math ...``.
 """
 
 from __future__ import annotations
 
-import functools
 import json
 import re
+from collections import OrderedDict
+from collections.abc import Sequence
 from pathlib import Path
 
 import yaml
@@ -47,20 +49,53 @@ def score_samples(doc: dict, responses: list[str]) -> list[float]:
     """Reward of each sampled response, with the record's training reward and the limits set by
     ``sdpocl.rewards.configure`` (memoised per limits, so the sample log reuses lm-eval's scoring
     instead of running generated code twice)."""
-    from sdpocl.rewards import current_limits
+    return list(score_batch([doc], [responses])[0])
+
+
+#: scores already computed: (domain, answer, tests, responses, limits) -> one score per response
+_SCORES: OrderedDict[tuple, tuple] = OrderedDict()
+_MAX_SCORES = 4096
+
+
+def score_batch(docs: Sequence[dict], responses: Sequence[Sequence[str]]) -> list[tuple]:
+    """The scores of many prompts' responses, with one reward call per domain for all that are not
+    memoised yet. Why: the code reward starts one sandbox runner per call, so scoring a benchmark
+    prompt by prompt (lm-eval's ``process_results``) starts 100 runners where one does."""
+    from sdpocl.rewards import current_limits, reward_for
 
     limits = tuple(sorted(current_limits().items()))
-    return list(
-        _score(doc["domain"], str(doc.get("answer", "")), tuple(doc.get("tests") or ()), tuple(responses), limits)
-    )
+    keys = [
+        (d["domain"], str(d.get("answer", "")), tuple(d.get("tests") or ()), tuple(r), limits)
+        for d, r in zip(docs, responses, strict=True)
+    ]
+    todo: dict[str, list[tuple]] = {}
+    for key in dict.fromkeys(keys):  # distinct, in order
+        if key not in _SCORES:
+            todo.setdefault(key[0], []).append(key)
+    for domain, domain_keys in todo.items():
+        answers = [answer for _, answer, _, resp, _ in domain_keys for _ in resp]
+        tests = [json.dumps(list(t)) for _, _, t, resp, _ in domain_keys for _ in resp]
+        flat = [r for key in domain_keys for r in key[3]]
+        scores = reward_for(domain)(flat, answer=answers, tests=tests) if flat else []
+        at = 0
+        for key in domain_keys:
+            _SCORES[key] = tuple(scores[at : at + len(key[3])])
+            at += len(key[3])
+    out = []
+    for key in keys:
+        _SCORES.move_to_end(key)
+        out.append(_SCORES[key])
+    while len(_SCORES) > _MAX_SCORES:
+        _SCORES.popitem(last=False)
+    return out
 
 
-@functools.lru_cache(maxsize=4096)
-def _score(domain: str, answer: str, tests: tuple, responses: tuple, limits: tuple) -> tuple:
-    from sdpocl.rewards import reward_for
-
-    n = len(responses)
-    return tuple(reward_for(domain)(list(responses), answer=[answer] * n, tests=[json.dumps(list(tests))] * n))
+def prescore(resps: list, docs: list) -> list:
+    """lm-eval filter (after ``take_first_k``): score every prompt's kept samples in one batch so
+    that ``process_results`` finds them memoised; the responses pass through unchanged."""
+    resps = list(resps)  # the previous filter may hand over an iterator (take_first_k: a map)
+    score_batch(docs, [list(r) if isinstance(r, list | tuple) else [r] for r in resps])
+    return resps
 
 
 def process_results(doc: dict, results: list) -> dict:
@@ -99,7 +134,15 @@ def task_config(
             "max_gen_toks": max_gen_toks,
         },
         "repeats": repeats,
-        "filter_list": [{"name": FILTER, "filter": [{"function": "take_first_k", "k": repeats}]}],
+        "filter_list": [
+            {
+                "name": FILTER,
+                "filter": [
+                    {"function": "take_first_k", "k": repeats},
+                    {"function": "custom", "filter_fn": "!function sdpocl.evaluate.tasks.prescore"},
+                ],
+            }
+        ],
         "metric_list": [{"metric": "acc", "aggregation": "mean", "higher_is_better": True}],
         "metadata": {"version": 1, "benchmark": benchmark},
     }
