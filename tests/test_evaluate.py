@@ -109,10 +109,10 @@ def test_acc_at_8_scores_every_sample_not_just_the_first(tmp_path):
 def test_a_benchmark_is_scored_in_one_reward_call_not_one_per_prompt(tmp_path, monkeypatch):
     """The task's filter scores every prompt's samples in one reward call (the code reward starts
     one sandbox runner per call); process_results and the sample log then reuse those scores."""
-    import sdpocl.rewards as rewards
     from lm_eval import simple_evaluate
     from lm_eval.tasks import TaskManager
 
+    import sdpocl.rewards as rewards
     from sdpocl.evaluate import tasks
 
     monkeypatch.setattr(tasks, "_SCORES", type(tasks._SCORES)())  # nothing memoised by other tests

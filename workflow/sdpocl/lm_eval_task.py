@@ -4,6 +4,13 @@ Task YAMLs written before the package layout moved name ``!function sdpocl.lm_ev
 lm-eval resolves those names here. New YAMLs name :mod:`sdpocl.evaluate.tasks`.
 """
 
-from sdpocl.evaluate.tasks import doc_to_text, process_results, score_samples, task_name, write_task_yaml
+from sdpocl.evaluate.tasks import (
+    doc_to_text,
+    prescore,
+    process_results,
+    score_samples,
+    task_name,
+    write_task_yaml,
+)
 
-__all__ = ["doc_to_text", "process_results", "score_samples", "task_name", "write_task_yaml"]
+__all__ = ["doc_to_text", "prescore", "process_results", "score_samples", "task_name", "write_task_yaml"]

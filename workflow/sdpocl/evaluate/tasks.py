@@ -5,8 +5,9 @@ One YAML per benchmark is written by :func:`write_task_yaml`; lm-eval loads it w
 *all* of them (``take_first_k`` with k = repeats — lm-eval's default filter would score only the
 first) and scores every one with the training reward of the record's ``domain``, so training
 and evaluation agree (a filter after ``take_first_k`` scores the whole benchmark in one batch per
-domain; ``process_results`` then reads the memo). The per-prompt metric ``acc`` is the mean over the samples, so lm-eval's
-``mean`` aggregation over prompts is Acc@k and its stderr is the standard error over prompts.
+domain; ``process_results`` then reads the memo). The per-prompt metric ``acc`` is the mean over
+the samples, so lm-eval's ``mean`` aggregation over prompts is Acc@k and its stderr is the
+standard error over prompts.
 The same tasks run by hand: ``lm_eval --include_path <dir> --tasks sdpocl_math ...``.
 """
 
