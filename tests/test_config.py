@@ -235,3 +235,19 @@ def test_n_prompts_per_kind_from_the_command_line(smoke_config):
     smoke_config.setdefault("evaluate", {})["n_prompts"] = {"domains": "100", "ood": "null"}
     coerce_overrides(smoke_config, overrides)
     assert validate_config(smoke_config)["evaluate"]["n_prompts"] == {"domains": 100, "ood": None}
+
+
+@pytest.mark.parametrize("extra", [[], ["--no-job-server", "--core-runs"]])
+def test_the_gpu_rehearsal_config_validates(tmp_path, extra):
+    """bench/gpu_rehearsal.sh runs config/rehearsal.yaml on one GPU through a derived config (HF backend, one
+    GPU per job, a stub embedding model): it must stay a valid config as the schema changes."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "gpu.yaml"
+    args = ["config", "--results", str(tmp_path / "r"), "--base", "standin", "--embedder", "emb", "--out", str(out)]
+    subprocess.run([sys.executable, str(ROOT / "bench" / "gpu_rehearsal_tools.py"), *args, *extra], check=True)
+    config = load_config(out)
+    assert config["evaluate"]["backend"] == "hf" and config["train"]["gpus_per_job"] == 1
+    assert config["job_server"] is not bool(extra)
+    assert any(r.cot for r in expand_runs(config)) is not bool(extra)  # --core-runs: the headline four only
