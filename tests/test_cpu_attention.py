@@ -7,7 +7,7 @@ import torch
 import transformers.integrations.sdpa_attention as hf_sdpa
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
-from sdpocl.cpu_attention import use_cpu_gqa_attention, use_stock_sdpa_attention
+from sdpocl.cpu_attention import use_cpu_gqa_attention, use_stock_sdpa_attention, use_workflow_attention
 
 
 @pytest.fixture(autouse=True)
@@ -114,3 +114,38 @@ def test_other_cases_are_left_to_transformers(monkeypatch):
     with torch.inference_mode():
         _model(kv_heads=4)(input_ids=ids, attention_mask=mask)
     assert len(seen) == 2  # one call per layer
+
+
+def test_the_workflow_attention_turns_off_only_cudnn_on_a_gpu():
+    """cuDNN's attention kernel made bf16 training non-finite on an H200 (the module's docstring): the
+    workflow's attention leaves flash, memory-efficient and math kernels on and cuDNN off."""
+    from transformers import AttentionInterface
+
+    torch.backends.cuda.enable_cudnn_sdp(True)
+    use_workflow_attention()
+    assert not torch.backends.cuda.cudnn_sdp_enabled()
+    assert torch.backends.cuda.flash_sdp_enabled() and torch.backends.cuda.mem_efficient_sdp_enabled()
+    assert torch.backends.cuda.math_sdp_enabled()
+    assert AttentionInterface._global_mapping["sdpa"].__name__ == "cpu_gqa_sdpa_forward"
+
+
+@pytest.mark.parametrize(
+    "module, function",
+    [
+        ("sdpocl.train.stage", "train_stage"),
+        ("sdpocl.evaluate.run", "make_lm"),
+        ("sdpocl.train.teacher_check", "check_teacher"),
+        ("sdpocl.drift.embeddings", "_load"),
+    ],
+)
+def test_every_job_that_runs_a_model_sets_the_workflow_attention(module, function):
+    """Training, evaluation, the teacher check and drift embeddings all load models: each calls
+    ``use_workflow_attention`` (a job that forgot would run cuDNN's kernel on a GPU)."""
+    import ast
+    import importlib
+    import inspect
+
+    tree = ast.parse(inspect.getsource(importlib.import_module(module)))
+    body = next(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == function)
+    called = {n.func.id for n in ast.walk(body) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
+    assert "use_workflow_attention" in called

@@ -123,6 +123,17 @@ def test_master_weights_stay_fp32_under_bf16_autocast(tiny_standin, smoke_config
     assert states and all(s["exp_avg"].dtype == torch.float32 for s in states)
 
 
+def test_a_stage_trains_without_cudnn_attention(tiny_standin, smoke_config, tmp_path):
+    """train_stage turns cuDNN's attention kernel off before it builds the trainer (it made bf16
+    training non-finite on an H200; sdpocl.cpu_attention)."""
+    model, recs = tiny_standin
+    data = tmp_path / "math.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    torch.backends.cuda.enable_cudnn_sdp(True)
+    train_stage(_settings(smoke_config, "grpo", steps=1), model, data, tmp_path / "stage", tmp_path / "state")
+    assert not torch.backends.cuda.cudnn_sdp_enabled()
+
+
 def test_checkpoints_and_log_count_rollout_steps(tiny_standin, smoke_config, tmp_path):
     """Every index the stage writes is a rollout step: GRPO's 8 optimizer steps are steps 1..2."""
     model, recs = tiny_standin

@@ -9,6 +9,11 @@ tests/test_cpu_attention.py). ``use_cpu_gqa_attention`` registers an ``sdpa`` th
 CPU and leaves every other case (GPU, no mask, no grouping) to transformers' own function. The tiny
 preset's generation, most of an evaluation and about half of a rollout step, spends less time per
 token (``python bench/attention_speed.py`` prints the ratio).
+
+On a GPU, ``use_workflow_attention`` also turns off torch's cuDNN attention kernel: on an H200 (torch
+2.11, bf16 autocast, padded batches) it made the tiny preset's weights non-finite within 20-31 rollout
+steps (GRPO and SDPO_0 alike, then a device-side assert in sampling), where the flash, memory-efficient
+and math kernels trained the same stages cleanly (docs/paper-preset.md, "The rehearsal on a GPU").
 """
 
 from __future__ import annotations
@@ -50,6 +55,13 @@ def cpu_gqa_sdpa_forward(
 def use_cpu_gqa_attention() -> None:
     """Make ``sdpa`` (transformers' default attention) the function above, in this process; idempotent."""
     AttentionInterface.register("sdpa", cpu_gqa_sdpa_forward)
+
+
+def use_workflow_attention() -> None:
+    """The attention every job of the workflow runs with: the CPU function above, and on a GPU every
+    ``scaled_dot_product_attention`` kernel but cuDNN's (see the module's docstring); idempotent."""
+    use_cpu_gqa_attention()
+    torch.backends.cuda.enable_cudnn_sdp(False)
 
 
 def use_stock_sdpa_attention() -> None:

@@ -87,9 +87,9 @@ def _load(model_dir: Path):
     """(tokenizer, model, pooling, max_length) for one directory, once per process."""
     from transformers import AutoModel, AutoTokenizer
 
-    from sdpocl.cpu_attention import use_cpu_gqa_attention
+    from sdpocl.cpu_attention import use_workflow_attention
 
-    use_cpu_gqa_attention()
+    use_workflow_attention()
     pooling, max_len = _st_settings(model_dir)
     try:
         tok = AutoTokenizer.from_pretrained(model_dir, local_files_only=True)

@@ -87,9 +87,9 @@ def make_lm(
     from lm_eval.models.huggingface import HFLM
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from sdpocl.cpu_attention import use_cpu_gqa_attention
+    from sdpocl.cpu_attention import use_workflow_attention
 
-    use_cpu_gqa_attention()
+    use_workflow_attention()
     cuda = torch.cuda.is_available()
     dtype = torch.bfloat16 if cuda else torch.float32
     hf_model = AutoModelForCausalLM.from_pretrained(model, dtype=dtype).to("cuda" if cuda else "cpu")

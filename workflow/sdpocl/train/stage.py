@@ -236,11 +236,11 @@ def train_stage(
     from datasets import Dataset
     from transformers import AutoTokenizer, PrinterCallback
 
-    from sdpocl.cpu_attention import use_cpu_gqa_attention
+    from sdpocl.cpu_attention import use_workflow_attention
     from sdpocl.train.methods import get_method
 
     torch.set_num_threads(threads)
-    use_cpu_gqa_attention()
+    use_workflow_attention()
     out_dir, state_dir, parent = Path(out_dir), Path(state_dir), Path(parent)
     if not (parent / "config.json").exists() or not has_weights(parent):
         raise FileNotFoundError(f"parent model {parent} has no config.json or weights: its stage did not finish")

@@ -93,7 +93,7 @@ def check_teacher(
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from sdpocl.cpu_attention import use_cpu_gqa_attention
+    from sdpocl.cpu_attention import use_workflow_attention
 
     if samples < 2:
         raise ValueError(f"samples must be >= 2 (a demonstration is another sample of the group), got {samples}")
@@ -101,7 +101,7 @@ def check_teacher(
         raise ValueError("no records to check")
     torch.set_num_threads(threads)
     torch.manual_seed(seed)
-    use_cpu_gqa_attention()
+    use_workflow_attention()
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32  # the paper preset's models on a GPU
 
