@@ -16,22 +16,43 @@ SDPOCL = str(Path(sys.executable).parent / "sdpocl")
 MARK = "[sdpocl job server] pid"
 
 
-@pytest.fixture
-def server(tmp_path):
-    """A job server that preloads nothing heavy (the mechanism, not the imports, is under test)."""
-    sock = tmp_path / "s.sock"
+def _start_server(sock: Path, modules=("sdpocl.config",), env=None):
     code = (
         "import sys; from sdpocl.jobserver import serve; "
-        f"serve({str(sock)!r}, watch_pid={os.getpid()}, modules=('sdpocl.config',))"
+        f"serve({str(sock)!r}, watch_pid={os.getpid()}, modules={tuple(modules)!r})"
     )
-    proc = subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.PIPE, text=True, env=env)
     deadline = time.time() + 30
     while not sock.exists() and time.time() < deadline and proc.poll() is None:
         time.sleep(0.05)
     assert sock.exists(), proc.stderr.read() if proc.poll() is not None else "no socket after 30 s"
+    return proc
+
+
+@pytest.fixture
+def server(tmp_path):
+    """A job server that preloads nothing heavy (the mechanism, not the imports, is under test)."""
+    sock = tmp_path / "s.sock"
+    proc = _start_server(sock)
     yield sock
     proc.send_signal(signal.SIGTERM)
     proc.wait(timeout=10)
+
+
+def test_each_job_gets_the_threads_snakemake_gave_it(tmp_path):
+    """Snakemake sets OMP_NUM_THREADS to a job's threads; a child forked from a server that imported torch
+    must use that many, not the server's pool (all cores: jobs without their own --threads oversubscribed
+    the CPU beside the training jobs)."""
+    sock = tmp_path / "t.sock"
+    proc = _start_server(sock, modules=("torch", "sdpocl.config"), env={**os.environ, "OMP_NUM_THREADS": "5"})
+    try:
+        for n in ("1", "3"):
+            out = _sdpocl("show-grid", "--config", "config/smoke.yaml", server=sock, env={"OMP_NUM_THREADS": n})
+            assert out.returncode == 0 and MARK in out.stderr
+            assert f"threads {n}, exit status 0" in out.stderr, out.stderr[-300:]
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=10)
 
 
 def _sdpocl(*args, server=None, cwd=ROOT, env=None):

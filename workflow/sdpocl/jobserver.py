@@ -195,6 +195,24 @@ def _watch_client(conn: socket.socket) -> None:
     os.kill(os.getpid(), signal.SIGTERM)
 
 
+def apply_thread_count(env: dict) -> None:
+    """Give the job the thread count Snakemake gave it (``OMP_NUM_THREADS`` = the rule's threads).
+
+    A fresh process's OpenMP reads that variable when it loads; a child forked from the server keeps the
+    server's pool size instead (all cores), so a job that sets no threads itself (drift, distance,
+    plots) spun on every core beside the training jobs: under two busy jobs on two cores one
+    ``compute-drift`` took 68 s of CPU instead of 2.4 s (docs/measurements.md)."""
+    torch = sys.modules.get("torch")
+    n = env.get("OMP_NUM_THREADS", "")
+    if torch is not None and n.isdigit() and int(n) > 0:
+        torch.set_num_threads(int(n))
+
+
+def _torch_threads() -> str:
+    torch = sys.modules.get("torch")
+    return str(torch.get_num_threads()) if torch is not None else "-"
+
+
 def _child(conn: socket.socket) -> int:
     try:
         request, fds = _recv(conn, with_fds=True)
@@ -209,6 +227,7 @@ def _child(conn: socket.socket) -> int:
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
+    apply_thread_count(request["env"])
     sys.argv = ["sdpocl", *request["argv"]]
     threading.Thread(target=_watch_client, args=(conn,), daemon=True).start()
 
@@ -224,7 +243,7 @@ def _child(conn: socket.socket) -> int:
     cpu = own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
     print(
         f"[sdpocl job server] pid {os.getpid()}: cpu {cpu:.1f}s, "
-        f"max rss {max(own.ru_maxrss, kids.ru_maxrss) / 1024:.0f} MB, exit status {status}",
+        f"max rss {max(own.ru_maxrss, kids.ru_maxrss) / 1024:.0f} MB, threads {_torch_threads()}, exit status {status}",
         file=sys.stderr,
     )
     sys.stdout.flush()
