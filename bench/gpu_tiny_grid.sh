@@ -12,12 +12,14 @@
 # stage's and the base's Acc@8, paired changes) and every stage's drift_params.csv; response drift and domain
 # distance need the 92 MB sentence-embedding package, which cannot travel, so they are left out.
 # Prints the evaluation table's goal report (`sdpocl goals`) and packs scores, samples, summaries, train logs,
-# parameter drift, tables, logs and benchmarks into $OUT/tiny_grid.tar.gz (rebuild the goal report here with
-# `tar xzf tiny_grid.tar.gz && sdpocl goals results-gpu`).
+# parameter drift, tables, logs and benchmarks into $OUT/tiny_grid.tar.gz (the goal report here: `tar xzf
+# tiny_grid.tar.gz && sdpocl goals results-gpu`; with FULL_RUNS aggregate the scores first, docs/tiny-preset.md,
+# "Goals (issue 27) on the report seeds 3-5, on one GPU").
 #
-# Environment: OUT (default /tmp/gpu_tiny_out), SITE (/tmp/site), SEEDS (3,4,5), BUDGET (seconds for the whole
-# script, default 560: Snakemake gets what is left after the set-up, less 40 s), SKIP_INSTALL=1, FULL_RUNS (e.g.
-# grpo,sdpo_a0: the chains of those runs and the first stage of the others, as scores; no tables/eval.csv).
+# Environment: OUT (default /tmp/gpu_tiny_out), SITE (/tmp/site), SEEDS (3,4,5), GRID_RESULTS (results-gpu),
+# BUDGET (seconds for the whole script, default 560: Snakemake gets what is left after the set-up, less 40 s),
+# SKIP_INSTALL=1, FULL_RUNS (e.g. grpo,sdpo_a0: the chains of those runs and the first stage of the others, as
+# scores; no tables/eval.csv), DRY_RUN=1 (Snakemake's -n: what would run; tests/test_config.py runs it on a CPU).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 ROOT=$PWD
@@ -26,7 +28,7 @@ BUDGET=${BUDGET:-560}
 OUT=${OUT:-/tmp/gpu_tiny_out}
 SITE=${SITE:-/tmp/site}
 SEEDS=${SEEDS:-3,4,5}
-R=results-gpu
+R=${GRID_RESULTS:-results-gpu}
 mkdir -p "$OUT"
 WORK=$(mktemp -d /tmp/sdpocl-tiny.XXXXXX)
 CFG=$WORK/tiny-gpu.yaml
@@ -85,11 +87,12 @@ EOF
     step "snakemake on $(nproc) cores, time limit ${left}s (log: snakemake.log in the tarball)"
     # shellcheck disable=SC2086
     timeout -k 15 "$left" snakemake --profile profiles/local --cores "$(nproc)" --retries 0 \
-        --configfile "$CFG" -- $targets >"$WORK/snakemake.log" 2>&1
+        $([ "${DRY_RUN:-0}" = 1 ] && echo --dry-run) --configfile "$CFG" -- $targets >"$WORK/snakemake.log" 2>&1
     local src=$?
     [ -n "${sampler:-}" ] && kill "$sampler" 2>/dev/null
     step "snakemake exit status $src$([ $src -eq 124 ] && echo ' (TIME LIMIT)')"
     grep -E "steps \([0-9]+%\) done" "$WORK/snakemake.log" | tail -1
+    [ "${DRY_RUN:-0}" = 1 ] && sed -n '/^Job stats:/,/^$/p' "$WORK/snakemake.log"
     if [ $src -ne 0 ]; then
         grep -n -E "Error in rule|Exiting because|MissingOutput|Traceback|Error:" "$WORK/snakemake.log" | head -20
         tail -15 "$WORK/snakemake.log" | cut -c1-300

@@ -27,16 +27,21 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--repeats", type=int, default=2)
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--precisions", default=None, help="e.g. no,bf16: each method under each train.mixed_precision")
     a = p.parse_args()
 
     config = load_config(a.config)
     results = Path(a.results or config["results"])
     runs = {"GRPO": "grpo_s0", "SDPO_0": "sdpo_a0_s0", "SDPO_5%": "sdpo_a0.05_s0"}
+    precisions = a.precisions.split(",") if a.precisions else [None]
+    runs = {f"{k} {p}" if p else k: (v, p) for k, v in runs.items() for p in precisions}
     times: dict[str, list[float]] = {k: [] for k in runs}
     for rep in range(a.repeats):
-        for label, name in runs.items():
+        for label, (name, precision) in runs.items():
             settings = stage_settings(config, run_by_name(config, name), (a.domain,))
             settings.update(steps=a.steps, save_every=10 * a.steps)
+            if precision:
+                settings["mixed_precision"] = precision
             with tempfile.TemporaryDirectory() as tmp:
                 summary = train_stage(
                     settings,
@@ -49,7 +54,8 @@ def main() -> None:
             times[label].append(summary["seconds_per_step"])
             print(f"[bench] repeat {rep} {label}: {summary['seconds_per_step']:.4f} s/step", flush=True)
     # Ratios are taken within each repeat (the methods ran back to back), then the median.
-    ratios = {k: [t / g for t, g in zip(v, times["GRPO"])] for k, v in times.items() if k != "GRPO"}
+    ref = next(iter(times))  # GRPO (under the first precision)
+    ratios = {k: [t / g for t, g in zip(v, times[ref])] for k, v in times.items() if k != ref}
     report = {
         "steps": a.steps,
         "batch": f"{config['train']['prompts_per_step']} prompts x {config['train']['num_generations']} samples",

@@ -251,3 +251,43 @@ def test_the_gpu_rehearsal_config_validates(tmp_path, extra):
     assert config["evaluate"]["backend"] == "hf" and config["train"]["gpus_per_job"] == 1
     assert config["job_server"] is not bool(extra)
     assert any(r.cot for r in expand_runs(config)) is not bool(extra)  # --core-runs: the headline four only
+
+
+@pytest.mark.parametrize("full_runs", ["", "grpo,sdpo_a0"])
+def test_the_gpu_tiny_grid_resolves_its_targets(tmp_path, full_runs):
+    """bench/gpu_tiny_grid.sh (the default grid on seeds 3-5 on one GPU) as a dry run on a CPU: its derived config
+    validates and Snakemake resolves its targets from a carried base, without building a base of its own;
+    with FULL_RUNS the other runs stop after their first stage."""
+    import os
+    import subprocess
+    import sys
+
+    results = tmp_path / "results-gpu"
+    (results / "base" / "model").mkdir(parents=True)
+    (results / "base" / "model" / "model.safetensors").write_bytes(b"")  # a dry run never reads it
+    env = {
+        **os.environ,
+        "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+        "OUT": str(tmp_path / "out"),
+        "SITE": str(tmp_path / "site"),
+        "SKIP_INSTALL": "1",
+        "DRY_RUN": "1",
+        "GRID_RESULTS": str(results),
+        "FULL_RUNS": full_runs,
+        "BUDGET": "300",
+    }
+    env.pop("SDPOCL_JOB_SERVER", None)
+    run = subprocess.run(
+        ["bash", "bench/gpu_tiny_grid.sh"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=280
+    )
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    stats = dict(
+        line.split()
+        for line in run.stdout.split("Job stats:")[1].split("\n\n")[0].splitlines()
+        if len(line.split()) == 2 and line.split()[1].isdigit()
+    )
+    assert "build_base" not in stats  # the carried base is used
+    # 4 runs x 3 seeds: every stage of every chain, or 2 runs' chains and the others' first stage
+    assert int(stats["train_stage"]) == (48 if not full_runs else 2 * 3 * 4 + 2 * 3)
+    assert int(stats["evaluate_base"]) == 3
+    assert ("aggregate_eval" in stats) is not bool(full_runs)
