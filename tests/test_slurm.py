@@ -468,6 +468,25 @@ def test_gpu_jobs_get_their_gpus_on_one_node(slurm_smoke):
     assert set(seen) == set(submitted) and all(seen[r] >= submitted[r] for r in seen), (seen, submitted)
 
 
+def _wait_until_gone(slurm: Slurm, job: str, marker: str, timeout: float = 60) -> None:
+    """Until job ``job`` has no step left and no process whose command line names ``marker`` (the results
+    folder: the job's Snakemake and its train-stage process) is running, or ``timeout`` seconds."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        steps = slurm.run("squeue", "-h", "-s", "-j", job, "-o", "%i").stdout.strip()
+        alive = []
+        for proc in Path("/proc").glob("[0-9]*"):
+            try:
+                cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                continue
+            if marker in cmdline and ("--target-jobs" in cmdline or "train-stage" in cmdline):
+                alive.append(proc.name)
+        if not steps and not alive:
+            return
+        time.sleep(0.2)
+
+
 def _interrupt_after_checkpoint(
     slurm: Slurm, proc: subprocess.Popen, state: Path, how: str, timeout: float = 600
 ) -> tuple[str, int]:
@@ -486,11 +505,14 @@ def _interrupt_after_checkpoint(
                 slurm.run("scancel", running[0])
             else:
                 slurm.run("scontrol", "requeue", running[0])
-                # Slurm holds a requeued job for 2 minutes (BeginTime); a test need not wait
+                # Slurm holds a requeued job for 2 minutes (BeginTime); a test need not wait that long, but it
+                # must wait until the first run has ended: a second run started while the first one's Snakemake
+                # still cleaned up after its killed job failed once in CI (the job FAILED, Snakemake retried it)
                 for _ in range(50):
                     if "PENDING" in slurm.run("squeue", "-h", "-t", "all", "-j", running[0], "-o", "%T").stdout:
                         break
                     time.sleep(0.2)
+                _wait_until_gone(slurm, running[0], marker=str(state.parents[2]))
                 slurm.run("scontrol", "update", f"JobId={running[0]}", "StartTime=now")
             return running[0], done[-1]
         time.sleep(0.2)
