@@ -118,7 +118,8 @@ EOF
         step "sdpocl goals $R"
         timeout 60 sdpocl goals "$R" 2>&1 | tee "$OUT/goals.md"
     else
-        echo "no tables/eval.csv: the grid did not finish (rebuild what finished here from the tarball)"
+        echo "no tables/eval.csv ($([ -n "${FULL_RUNS:-}" ] && echo "FULL_RUNS asks for scores only" ||
+            echo "the grid did not finish")): aggregate the scores from the tarball (docs/tiny-preset.md)"
     fi
     return $rc
 }
