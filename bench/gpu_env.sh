@@ -2,8 +2,21 @@
 # Shared set-up of the GPU-machine scripts (bench/gpu_rehearsal.sh, bench/gpu_tiny_grid.sh), sourced by them:
 # the machine line, the carried wheels (.whl/, bench/gpu_wheels.sh) installed with --no-deps into $SITE and put
 # first on PYTHONPATH, the working tree's workflow/ on PYTHONPATH with an `sdpocl` shim, offline HF settings, HF
-# rollouts (no vLLM there), and the versions found. Needs ROOT, WORK, SITE and a `step` function; sets have_gpu.
-# Returns 10 (wheel install failed) or 11 (torch does not import).
+# rollouts (no vLLM there), and the versions found (gpu_env: needs ROOT, WORK, SITE; sets have_gpu; returns 10 when
+# the wheel install failed, 11 when torch does not import); the console helpers `elapsed` and `step` (START); and
+# `run_and_pack NAME`, which runs the script's `main` and then its `pack` into $OUT/console.txt and exits with main's
+# status.
+
+elapsed() { echo $(($(date +%s) - START)); }
+step() { echo "--- [$(elapsed)s] $*"; }
+
+run_and_pack() {
+    main 2>&1 | tee "$OUT/console.txt"
+    local status=${PIPESTATUS[0]}
+    pack 2>&1 | tee -a "$OUT/console.txt"
+    echo "=== $1: exit status $status after $(elapsed)s ===" | tee -a "$OUT/console.txt"
+    exit "$status"
+}
 
 gpu_env() {
     have_gpu=0

@@ -29,13 +29,11 @@ RESULTS=$WORK/results
 CFG=$WORK/rehearsal-gpu.yaml
 TOOLS="bench/gpu_rehearsal_tools.py"
 
-elapsed() { echo $(($(date +%s) - START)); }
-step() { echo "--- [$(elapsed)s] $*"; }
+# shellcheck source=bench/gpu_env.sh
+source "$ROOT/bench/gpu_env.sh"
 
 main() {
     local rc=0 have_gpu=0
-    # shellcheck source=bench/gpu_env.sh
-    source "$ROOT/bench/gpu_env.sh"
     gpu_env || return $?
 
     step "build the stand-in model and a stub embedding model"
@@ -138,8 +136,4 @@ pack() {
     ls -la "$OUT"
 }
 
-main 2>&1 | tee "$OUT/console.txt"
-status=${PIPESTATUS[0]}
-pack 2>&1 | tee -a "$OUT/console.txt"
-echo "=== gpu_rehearsal: exit status $status after $(elapsed)s ===" | tee -a "$OUT/console.txt"
-exit "$status"
+run_and_pack gpu_rehearsal

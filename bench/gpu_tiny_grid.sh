@@ -33,13 +33,11 @@ mkdir -p "$OUT"
 WORK=$(mktemp -d /tmp/sdpocl-tiny.XXXXXX)
 CFG=$WORK/tiny-gpu.yaml
 
-elapsed() { echo $(($(date +%s) - START)); }
-step() { echo "--- [$(elapsed)s] $*"; }
+# shellcheck source=bench/gpu_env.sh
+source "$ROOT/bench/gpu_env.sh"
 
 main() {
     local rc=0 have_gpu=0
-    # shellcheck source=bench/gpu_env.sh
-    source "$ROOT/bench/gpu_env.sh"
     gpu_env || return $?
     [ -f "$R/base/model/model.safetensors" ] || {
         echo "FAILED: no base in $R/base/model (copy a CPU run's results/base there and carry $R)"
@@ -135,8 +133,4 @@ pack() {
     ls -la "$OUT"
 }
 
-main 2>&1 | tee "$OUT/console.txt"
-status=${PIPESTATUS[0]}
-pack 2>&1 | tee -a "$OUT/console.txt"
-echo "=== gpu_tiny_grid: exit status $status after $(elapsed)s ===" | tee -a "$OUT/console.txt"
-exit "$status"
+run_and_pack gpu_tiny_grid
