@@ -12,6 +12,7 @@ from sdpocl.config import (
     load_config,
     stable_json,
     stage_settings,
+    train_size_for,
     validate_config,
 )
 
@@ -235,6 +236,39 @@ def test_n_prompts_per_kind_from_the_command_line(smoke_config):
     smoke_config.setdefault("evaluate", {})["n_prompts"] = {"domains": "100", "ood": "null"}
     coerce_overrides(smoke_config, overrides)
     assert validate_config(smoke_config)["evaluate"]["n_prompts"] == {"domains": 100, "ood": None}
+
+
+def test_train_size_is_one_number_or_one_per_domain(smoke_config):
+    """data.train_size: an integer for every domain, or a mapping naming every domain of the run."""
+    assert train_size_for(validate_config(smoke_config), "code") == smoke_config["data"]["train_size"]
+    sizes = {d: 100 * (i + 1) for i, d in enumerate(smoke_config["domains"])}
+    smoke_config["data"]["train_size"] = dict(sizes)
+    config = validate_config(smoke_config)
+    assert {d: train_size_for(config, d) for d in config["domains"]} == sizes
+
+
+@pytest.mark.parametrize(
+    "value, key, says",
+    [
+        ({"math": 2400}, "data.train_size", "no size for domain(s)"),
+        ({"math": 0, "science": 5, "tooluse": 5, "code": 5}, "data.train_size.math", "less than the minimum of 1"),
+        ({"math": 5, "science": 5, "tooluse": 5, "code": 5, "logic": 5}, "data.train_size", "'logic' does not match"),
+        (0, "data.train_size", "less than the minimum of 1"),
+    ],
+)
+def test_bad_train_size_names_the_key(smoke_config, value, key, says):
+    smoke_config["data"]["train_size"] = value
+    with pytest.raises(ConfigError) as err:
+        validate_config(smoke_config)
+    assert f"config error at '{key}'" in str(err.value) and says in str(err.value)
+
+
+def test_train_size_per_domain_from_the_command_line(smoke_config):
+    """`--config 'data={train_size: {math: 2400, ...}}'` hands the sizes over as strings."""
+    sizes = {d: "64" for d in smoke_config["domains"]} | {"math": "2400"}
+    smoke_config["data"]["train_size"] = dict(sizes)
+    coerce_overrides(smoke_config, {"data": {"train_size": dict(sizes)}})
+    assert train_size_for(validate_config(smoke_config), "math") == 2400
 
 
 @pytest.mark.parametrize("extra", [[], ["--no-job-server", "--core-runs"]])

@@ -215,3 +215,23 @@ def test_teacher_check_rule_on_the_smoke_grid(smoke_results):
     group = load_config(ROOT / "config/smoke.yaml")["train"]["num_generations"]
     assert report["domains"] == ["science"] and report["samples"] == group
     assert 0.0 <= report["student_acc"] <= 1.0
+
+
+def test_step_phases_bench_splits_a_step(smoke_results):
+    """bench/step_phases.py on the smoke run: every phase it names is timed, and together they fit in the step."""
+    out = subprocess.run(
+        [str(BIN / "python"), "bench/step_phases.py", "--config", "config/smoke.yaml", "--results", str(smoke_results)]
+        + ["--runs", "grpo_s0,sdpo_a0_s0", "--domains", "math", "--steps", "2"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    report = json.loads(out.stdout[out.stdout.index("[\n") :])
+    assert [(row["run"], row["domain"]) for row in report] == [("grpo_s0", "math"), ("sdpo_a0_s0", "math")]
+    for row in report:
+        phases = row["phases"]
+        timed = ["generation", "forward (outside generation)", "backward", "optimizer step"]
+        assert all(phases[name] > 0 for name in timed), phases
+        assert phases["other"] >= -0.01, phases  # the phases are inside the step, never more than it

@@ -20,6 +20,7 @@ from sdpocl.config import (
     replay_settings,
     stable_json,
     stage_settings,
+    train_size_for,
     validate_config,
 )
 from sdpocl.data.benchmarks import OOD_GENERATORS, benchmarks_for

@@ -10,7 +10,7 @@ rule prepare_data:
     conda:
         "../../envs/sdpocl.yaml"
     params:
-        n=lambda wc: config["data"]["train_size" if wc.split == "train" else "test_size"],
+        n=lambda wc: train_size_for(config, wc.domain) if wc.split == "train" else config["data"]["test_size"],
         seed=config["data"]["seed"],
         preset=config["preset"],
         # one string with the difficulty flag: empty at the defaults, so this rule's params and command are

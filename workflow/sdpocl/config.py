@@ -104,6 +104,10 @@ def _check_semantics(config: dict) -> None:
     missing = [d for d in config["domains"] if d not in config["train"]["steps"]]
     if missing:
         raise ConfigError(f"config error at 'train.steps': no step count for domain(s) {', '.join(missing)}")
+    sizes = config["data"]["train_size"]
+    missing = [d for d in config["domains"] if isinstance(sizes, dict) and d not in sizes]
+    if missing:
+        raise ConfigError(f"config error at 'data.train_size': no size for domain(s) {', '.join(missing)}")
     train = config["train"]
     k, prompts = train["grpo_minibatches"], train["prompts_per_step"]
     if prompts % k:
@@ -331,6 +335,12 @@ def stage_settings(config: dict, run: RunSpec, chain: tuple[str, ...]) -> dict:
         out["replay"] = replay
         out["rewards"] = reward_settings(config, [domain, *replay["domains"]])  # replayed prompts score too
     return out
+
+
+def train_size_for(config: dict, domain: str) -> int:
+    """How many training prompts ``domain`` gets: ``data.train_size``, one number or one per domain."""
+    size = config["data"]["train_size"]
+    return size[domain] if isinstance(size, dict) else size
 
 
 def stable_json(obj: Any) -> str:
