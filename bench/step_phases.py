@@ -47,15 +47,16 @@ class PhaseTimer:
         self._undo.append((owner, attr, original))
 
     @contextlib.contextmanager
-    def installed(self, model_class: type):
-        """The timers around generation, ``model_class``'s forward, backward and the optimizer step."""
+    def installed(self, model_classes: list[type]):
+        """The timers around generation, the forward of ``model_classes``, backward and the optimizer step."""
         import torch
         from accelerate.optimizer import AcceleratedOptimizer
         from transformers.generation.utils import GenerationMixin
 
         self._undo: list = []
         self.wrap(GenerationMixin, "generate", "generation")
-        self.wrap(model_class, "forward", "forward (outside generation)")
+        for cls in model_classes:  # TRL's GRPO calls the decoder itself and applies the LM head in chunks
+            self.wrap(cls, "forward", "forward (outside generation)")
         self.wrap(torch.Tensor, "backward", "backward")
         self.wrap(AcceleratedOptimizer, "step", "optimizer step")  # the Trainer's optimizer, whatever its class
         try:
@@ -76,18 +77,19 @@ def main() -> None:
     a = p.parse_args()
 
     from transformers import AutoConfig
-    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING, MODEL_MAPPING
 
     config = load_config(a.config)
     results = Path(a.results or config["results"])
     model_dir = results / "base" / "model"
-    model_class = MODEL_FOR_CAUSAL_LM_MAPPING[type(AutoConfig.from_pretrained(model_dir))]
+    config_class = type(AutoConfig.from_pretrained(model_dir))
+    model_classes = [MODEL_FOR_CAUSAL_LM_MAPPING[config_class], MODEL_MAPPING[config_class]]
     report = []
     for domain in a.domains.split(","):
         for name in a.runs.split(","):
             settings = stage_settings(config, run_by_name(config, name), (domain,))
             settings.update(steps=a.steps, save_every=10 * a.steps)
-            with tempfile.TemporaryDirectory() as tmp, PhaseTimer().installed(model_class) as timer:
+            with tempfile.TemporaryDirectory() as tmp, PhaseTimer().installed(model_classes) as timer:
                 summary = train_stage(
                     settings,
                     model_dir,
