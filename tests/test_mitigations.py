@@ -561,6 +561,7 @@ def test_mitigation_runs_have_distinct_names_labels_and_are_variants():
 #: docs/mitigations.md was measured on
 MITIGATIONS_PRESET = {
     "base.sft_steps": 400,
+    "data.train_size": 500,
     "data.difficulty": {
         "math_addend_max": 9,
         "math_terms": 2,
