@@ -6,12 +6,16 @@ autograd's backward and the optimizer's step, and prints each phase's seconds pe
 time target of the tiny preset is arithmetic (docs/measurements.md); this says which arithmetic.
 
     python bench/step_phases.py --results results --runs grpo_s0,sdpo_a0_s0 --domains math,tooluse --steps 6
+
+``--prefixes both`` runs each stage with SDPO's full-row forwards and with each distinct prompt forwarded
+once (:mod:`sdpocl.train.prefix`), one after the other, for the ratio on one machine.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import tempfile
 import time
@@ -33,6 +37,7 @@ class PhaseTimer:
         """Time ``owner.attr`` as ``phase`` until :meth:`installed` exits."""
         original = getattr(owner, attr)
 
+        @functools.wraps(original)  # the trainers read the model's forward signature (``logits_to_keep``)
         def timed(*args, **kwargs):
             if self._active is not None:
                 return original(*args, **kwargs)
@@ -74,7 +79,16 @@ def main() -> None:
     p.add_argument("--domains", default="math")
     p.add_argument("--steps", type=int, default=6)
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument(
+        "--prefixes",
+        choices=["shared", "full", "both"],
+        default="shared",
+        help="SDPO forwards: each distinct prompt once (the default), the full rows, or both, interleaved",
+    )
     a = p.parse_args()
+    from sdpocl.train.sdpo import MaskedSDPOTrainer
+
+    modes = {"shared": [True], "full": [False], "both": [False, True]}[a.prefixes]
 
     from transformers import AutoConfig
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING, MODEL_MAPPING
@@ -87,25 +101,36 @@ def main() -> None:
     report = []
     for domain in a.domains.split(","):
         for name in a.runs.split(","):
-            settings = stage_settings(config, run_by_name(config, name), (domain,))
-            settings.update(steps=a.steps, save_every=10 * a.steps)
-            with tempfile.TemporaryDirectory() as tmp, PhaseTimer().installed(model_classes) as timer:
-                summary = train_stage(
-                    settings,
-                    model_dir,
-                    results / "data" / domain / "train.jsonl",
-                    Path(tmp) / "out",
-                    Path(tmp) / "state",
-                    threads=a.threads,
-                )
-            step = summary["seconds_per_step"]
-            # the phases cover every step, the first included (summary's seconds_per_step too)
-            phases = {k: round(v / a.steps, 3) for k, v in timer.seconds.items()}
-            phases["other"] = round(step - sum(phases.values()), 3)
-            row = {"run": name, "domain": domain, "seconds_per_step": step, "phases": phases}
-            print(f"[bench] {name} {domain}: {step:.2f} s/step " + ", ".join(f"{k} {v:.2f}" for k, v in phases.items()))
-            report.append(row)
+            grpo = run_by_name(config, name).method == "grpo"  # shares nothing: run once
+            for shared in modes[-1:] if grpo else modes:
+                MaskedSDPOTrainer.share_prefixes = shared
+                report.append(bench_stage(a, config, results, model_dir, model_classes, name, domain, shared))
     print(json.dumps(report, indent=2))
+
+
+def bench_stage(a, config, results, model_dir, model_classes, name, domain, shared) -> dict:
+    settings = stage_settings(config, run_by_name(config, name), (domain,))
+    settings.update(steps=a.steps, save_every=10 * a.steps)
+    with tempfile.TemporaryDirectory() as tmp, PhaseTimer().installed(model_classes) as timer:
+        summary = train_stage(
+            settings,
+            model_dir,
+            results / "data" / domain / "train.jsonl",
+            Path(tmp) / "out",
+            Path(tmp) / "state",
+            threads=a.threads,
+        )
+    step = summary["seconds_per_step"]
+    # the phases cover every step, the first included (summary's seconds_per_step too)
+    phases = {k: round(v / a.steps, 3) for k, v in timer.seconds.items()}
+    phases["other"] = round(step - sum(phases.values()), 3)
+    prefixes = "shared" if shared else "full"
+    row = {"run": name, "domain": domain, "prefixes": prefixes, "seconds_per_step": step, "phases": phases}
+    print(
+        f"[bench] {name} {domain} ({prefixes} prefixes): {step:.2f} s/step "
+        + ", ".join(f"{k} {v:.2f}" for k, v in phases.items())
+    )
+    return row
 
 
 if __name__ == "__main__":

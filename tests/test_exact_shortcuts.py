@@ -176,7 +176,7 @@ def test_grpo_shortcuts_switch_off_where_not_exact(tiny_standin, smoke_config, t
     settings.update(steps=3)
     original = _train(settings, tiny_standin, tmp_path / "o", shortcuts=False)
     rows = _rows_spy(monkeypatch)
-    fast = _train(settings, tiny_standin, tmp_path / "f", shortcuts=True)
+    fast = _train(settings, tiny_standin, tmp_path / "f", shortcuts=True, cls_extra=ROWS_ONLY)
     assert rows == []
     _same_run(original, fast, ("reward", "loss", "grad_norm", "kl"))
 
@@ -224,6 +224,7 @@ def test_grpo_shortcuts_switch_off_where_not_exact(tiny_standin, smoke_config, t
 # SDPO
 
 
+ROWS_ONLY = {"share_prefixes": False}  # the row shortcut alone: shared prefixes have their own test below
 SDPO_KEYS = ("reward", "loss", "grad_norm", "distill_token_fraction", "distill_sample_fraction", "distillation_loss")
 
 
@@ -243,7 +244,7 @@ def test_sdpo_distils_only_demonstrated_rows_exactly(tiny_standin, smoke_config,
     assert settings["method_settings"]["distillation_weight"] == 1.0
     original = _train(settings, tiny_standin, tmp_path / "o", shortcuts=False)
     rows = _rows_spy(monkeypatch)
-    fast = _train(settings, tiny_standin, tmp_path / "f", shortcuts=True)
+    fast = _train(settings, tiny_standin, tmp_path / "f", shortcuts=True, cls_extra=ROWS_ONLY)
     assert rows and sum(k for k, _ in rows) < sum(n for _, n in rows)
     assert any(k > 0 for k, _ in rows)  # and some were distilled
     _same_run(original, fast, SDPO_KEYS + tuple(extra))
@@ -262,7 +263,7 @@ def test_sdpo_row_selection_is_off_when_every_row_counts(tiny_standin, smoke_con
     settings.update(steps=3)
     original = _train(settings, tiny_standin, tmp_path / "o", shortcuts=False)
     rows = _rows_spy(monkeypatch)
-    fast = _train(settings, tiny_standin, tmp_path / "f", shortcuts=True)
+    fast = _train(settings, tiny_standin, tmp_path / "f", shortcuts=True, cls_extra=ROWS_ONLY)
     assert rows == []
     keys = ("reward", "loss", "grad_norm", "distill_token_fraction") + (("kl",) if "kl_beta" in knobs else ())
     _same_run(original, fast, keys, weight_atol=0.0)
@@ -359,3 +360,34 @@ def test_identical_programs_run_once_per_code_reward_call(monkeypatch):
     assert runs == [4]  # (ok, tests), (wrong, tests), (wrong, other), (ok, other); 7 programs before
     one_by_one = [reward([c], tests=[t])[0] for c, t in zip(completions, columns)]
     assert one_by_one == expected
+
+
+@pytest.mark.parametrize("knobs", [{}, {"kl_beta": 0.1}], ids=["sdpo0", "kl"])
+def test_sdpo_shared_prefixes_train_the_same_model(tiny_standin, smoke_config, tmp_path, knobs):
+    """Each distinct (re-)prompt forwarded once (:mod:`sdpocl.train.prefix`) for the student, the teacher and
+    the KL reference: the first step's gradient norm equal to float rounding, every step's log to 1e-5, and
+    the update vector after three steps to 1e-2 relative. (Adam's first steps divide each gradient by its own
+    size, so rounding in near-zero coordinates grows: measured 1e-5 without and 1.3e-3 with the KL term,
+    whose gradients are ~100x smaller here; a wrong mask or position moves the first step's loss and
+    gradient by orders more.)"""
+    settings = _settings(smoke_config, "sdpo", **knobs)
+    plain = _train(settings, tiny_standin, tmp_path / "o", shortcuts=True, cls_extra=ROWS_ONLY)
+    shared = _train(settings, tiny_standin, tmp_path / "f", shortcuts=True)
+    assert plain[0].prefix_forwards == 0
+    assert shared[0].prefix_forwards >= 2 * 3  # student and teacher, every step (and the reference with KL)
+    keys = SDPO_KEYS + (("kl",) if knobs else ())
+    _same_run(plain, shared, keys, weight_atol=float("inf"))
+    assert shared[1][0]["grad_norm"] == pytest.approx(plain[1][0]["grad_norm"], rel=1e-6)
+    parent = _parent_weights(tiny_standin)
+    d_plain = torch.cat([(plain[2][k] - parent[k]).flatten() for k in parent])
+    d_shared = torch.cat([(shared[2][k] - parent[k]).flatten() for k in parent])
+    assert d_plain.norm() > 1e-2
+    rel = float((d_shared - d_plain).norm() / d_plain.norm())
+    print(f"[shared prefixes] update {float(d_plain.norm()):.3e}, relative difference {rel:.2e}")
+    assert rel <= 1e-2, rel
+
+
+def _parent_weights(tiny_standin) -> dict:
+    from sdpocl.train.weights import load_tensors
+
+    return {k: v.float() for k, v in load_tensors(tiny_standin[0]).items()}

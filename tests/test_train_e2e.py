@@ -218,10 +218,11 @@ def test_teacher_check_rule_on_the_smoke_grid(smoke_results):
 
 
 def test_step_phases_bench_splits_a_step(smoke_results):
-    """bench/step_phases.py on the smoke run: every phase it names is timed, and together they fit in the step."""
+    """bench/step_phases.py on the smoke run: every phase it names is timed, and together they fit in the step;
+    ``--prefixes both`` runs SDPO with full-row and shared-prefix forwards."""
     out = subprocess.run(
         [str(BIN / "python"), "bench/step_phases.py", "--config", "config/smoke.yaml", "--results", str(smoke_results)]
-        + ["--runs", "grpo_s0,sdpo_a0_s0", "--domains", "math", "--steps", "2"],
+        + ["--runs", "grpo_s0,sdpo_a0_s0", "--domains", "math", "--steps", "2", "--prefixes", "both"],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -229,7 +230,11 @@ def test_step_phases_bench_splits_a_step(smoke_results):
     )
     assert out.returncode == 0, out.stderr[-3000:]
     report = json.loads(out.stdout[out.stdout.index("[\n") :])
-    assert [(row["run"], row["domain"]) for row in report] == [("grpo_s0", "math"), ("sdpo_a0_s0", "math")]
+    assert [(row["run"], row["prefixes"]) for row in report] == [
+        ("grpo_s0", "shared"),  # GRPO has no prefix forward: once
+        ("sdpo_a0_s0", "full"),
+        ("sdpo_a0_s0", "shared"),
+    ]
     for row in report:
         phases = row["phases"]
         timed = ["generation", "forward (outside generation)", "backward", "optimizer step"]

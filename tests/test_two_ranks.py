@@ -19,7 +19,7 @@ import pytest
 SCRIPT = Path(__file__).parent / "dist" / "frozen_ranks.py"
 
 
-CASES = ("trl", "frozen", "ema", "resume")
+CASES = ("trl", "frozen", "ema", "resume", "prefix")
 
 
 def run_ranks(model_dir, work, cases) -> dict:
@@ -78,6 +78,18 @@ def test_saved_teacher_resumes_identically_on_every_rank(ranks):
     r = ranks["resume"]
     assert r[0]["resumed_max_abs_diff"] == 0.0
     assert r[0]["checked"] == r[1]["checked"] > 0
+
+
+def test_shared_prefixes_under_fsdp2_give_the_full_forward(ranks):
+    """sdpocl.train.prefix on two ranks: the sharded frozen teacher's logits (no grad), a per-layer sharded
+    student's reduce-scattered gradient shards and a DDP student's averaged gradients equal the full
+    forward's, each rank on its own rows. (The two-process stages of tests/test_two_process.py run micro-batches
+    of one completion, upstream's, where there is no prefix to share.)"""
+    r = ranks["prefix"]
+    for rank in (0, 1):
+        assert r[rank]["teacher_max_abs_diff"] < 1e-5 * r[rank]["scale"]
+        assert r[rank]["student_grad_rel_diff"] < 1e-5
+        assert r[rank]["ddp_grad_rel_diff"] < 1e-5
 
 
 def test_sdpo_trainer_builds_its_teacher_as_a_checked_frozen_copy_under_fsdp(monkeypatch):

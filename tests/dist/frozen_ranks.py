@@ -2,7 +2,7 @@
 :mod:`sdpocl.train.frozen` on two ranks, with the environment accelerate's FSDP launch sets
 (``ACCELERATE_USE_FSDP``, ``FSDP_CPU_RAM_EFFICIENT_LOADING``), so transformers loads zeros on rank 1.
 
-Usage: frozen_ranks.py MODEL_DIR WORK_DIR CASE...   (CASE: trl | frozen | ema | resume; one launch runs them all)
+Usage: frozen_ranks.py MODEL_DIR WORK_DIR CASE...   (CASE: trl | frozen | ema | resume | prefix; one launch runs them all)
 Each case prints ``RESULT <case> rank <r> <json>`` lines and exits non-zero on a failed check.
 """
 
@@ -92,8 +92,54 @@ def run_case(model_dir: str, work: str, case: str, mesh) -> None:
                 report(case, checked=n, resumed_max_abs_diff=diff)
             else:
                 report(case, checked=n)
+    elif case == "prefix":
+        # sdpocl.train.prefix on sharded models: a frozen teacher (no grad) and a student (grad), each rank its own rows
+        from sdpocl.train.prefix import shared_prefix_logits
+
+        ids, mask, keep = group_batch(seed=rank)
+        teacher = build_frozen_copy(model_dir, "teacher", shard=True, mesh=mesh, **kwargs)
+        with torch.no_grad():
+            full = full_logits(teacher, ids, mask, keep)
+            shared = shared_prefix_logits(teacher, ids, mask, keep)
+        values = {"teacher_max_abs_diff": float((full - shared).abs().max()), "scale": float(full.abs().max())}
+        student = create_model_from_path(model_dir, **kwargs)
+        for layer in student.model.layers:  # as accelerate's FSDP2 wraps a decoder: each layer, then the root
+            fully_shard(layer, mesh=mesh)
+        fully_shard(student, mesh=mesh)
+        grads = []
+        for forward in (full_logits, shared_prefix_logits):
+            student.zero_grad()
+            forward(student, ids, mask, keep).log_softmax(-1)[:, :, 3].sum().backward()
+            grads.append(torch.cat([p.grad.to_local().flatten() for p in student.parameters()]))
+        values["student_grad_rel_diff"] = float((grads[0] - grads[1]).norm() / grads[0].norm())
+        # DDP (accelerate's CPU ranks): the prefix runs on the wrapped module, the tail through the wrapper
+        ddp = torch.nn.parallel.DistributedDataParallel(create_model_from_path(model_dir, **kwargs))
+        grads = []
+        for forward in (full_logits, shared_prefix_logits):
+            ddp.zero_grad()
+            forward(ddp, ids, mask, keep).log_softmax(-1)[:, :, 3].sum().backward()
+            grads.append(torch.cat([p.grad.flatten() for p in ddp.parameters()]))
+        values["ddp_grad_rel_diff"] = float((grads[0] - grads[1]).norm() / grads[0].norm())
+        report(case, **values)
     else:
         raise SystemExit(f"unknown case {case}")
+
+
+def group_batch(seed: int, groups: int = 3, samples: int = 4, prompt: int = 9, completion: int = 6):
+    """Rows as SDPO's forwards see them: ``samples`` rows per left-padded prompt, right-padded completions."""
+    gen = torch.Generator().manual_seed(seed)
+    prompts = torch.randint(3, 60, (groups, prompt), generator=gen)
+    prompt_mask = torch.ones_like(prompts)
+    for g in range(groups):
+        prompt_mask[g, : g + 1] = 0
+    ids = torch.cat([prompts.repeat_interleave(samples, 0), torch.randint(3, 60, (groups * samples, completion))], 1)
+    mask = torch.cat([prompt_mask.repeat_interleave(samples, 0), torch.ones(groups * samples, completion)], 1).long()
+    mask[::2, -2:] = 0
+    return ids, mask, completion
+
+
+def full_logits(model, ids, mask, keep):
+    return model(input_ids=ids, attention_mask=mask, use_cache=False).logits[:, :-1][:, -keep:]
 
 
 if __name__ == "__main__":

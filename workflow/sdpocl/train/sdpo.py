@@ -1,6 +1,7 @@
 """The SDPO family: TRL's SDPOTrainer with the checked teacher (built by rank 0 and sharded, never TRL's
 zero-filled copy on ranks > 0), the demonstration budget of the re-prompt, random token masking, the KL
-anchor, the teacher-confidence filter and the exact shortcut over rows without a demonstration."""
+anchor, the teacher-confidence filter and the exact shortcuts: rows without a demonstration skipped, each
+distinct (re-)prompt forwarded once (:mod:`sdpocl.train.prefix`)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from trl.trainer.utils import get_config_model_id, selective_log_softmax
 from sdpocl.train.anchor import AnchorArgs, k3_kl, kl_reference_path
 from sdpocl.train.frozen import distributed
 from sdpocl.train.fsdp import frozen_copy, use_fp32_reduction
+from sdpocl.train.prefix import prefix_sharable, shared_prefix_logits
 from sdpocl.train.schedule import RolloutScheduleArgs, RolloutScheduleMixin
 from sdpocl.train.shortcuts import dropout_free, rows_selectable, select_rows
 
@@ -95,8 +97,12 @@ class MaskedSDPOTrainer(RolloutScheduleMixin, SDPOTrainer):
             models.append(self.accelerator.unwrap_model(self.teacher_model))
         self._dropout_free = all(dropout_free(m) for m in models)
 
-    #: the exact shortcut of the module docstring; False: TRL's own computation (tests, benchmarks)
+    #: the exact shortcuts of the module docstring; False: TRL's own computation (tests, benchmarks)
     shortcuts = True
+    #: with ``shortcuts``: forward each distinct (re-)prompt once (:mod:`sdpocl.train.prefix`; exact up to float
+    #: rounding, which Adam's first steps amplify in near-zero gradients, so the row tests compare without it)
+    share_prefixes = True
+    prefix_forwards = 0  # forwards that shared their prefixes (tests, benchmarks)
 
     # --- the teacher and the KL anchor: frozen copies correct on every rank ------------------------
 
@@ -119,7 +125,19 @@ class MaskedSDPOTrainer(RolloutScheduleMixin, SDPOTrainer):
         return frozen_copy(self, kl_reference_path(self), "KL reference")
 
     def _forward_logits(self, model, input_ids, attention_mask, logits_to_keep):
-        logits = super()._forward_logits(model, input_ids, attention_mask, logits_to_keep)
+        logits = None
+        if (
+            self.shortcuts
+            and self.share_prefixes
+            and self._dropout_free
+            and prefix_sharable(model, self.model_kwarg_keys)
+        ):
+            logits = shared_prefix_logits(model, input_ids, attention_mask, logits_to_keep)
+            self.prefix_forwards += logits is not None
+        if logits is None:
+            logits = super()._forward_logits(model, input_ids, attention_mask, logits_to_keep)
+        else:
+            logits = logits / self.temperature
         if model is self._kl_student and torch.is_grad_enabled():
             self._kl_student_logits = logits  # the student forward of this compute_loss (teacher: no grad)
         return logits
@@ -129,7 +147,7 @@ class MaskedSDPOTrainer(RolloutScheduleMixin, SDPOTrainer):
         mean over the batch (TRL ``loss_type="grpo"`` aggregation, as GRPO's KL term)."""
         completion_ids, mask = inputs["completion_ids"], inputs["completion_mask"]
         with torch.no_grad():
-            ref_logits = super()._forward_logits(
+            ref_logits = self._forward_logits(  # computed as the student's (KL 0 where the weights are equal)
                 self.ref_model,
                 torch.cat([inputs["prompt_ids"], completion_ids], dim=1),
                 torch.cat([inputs["prompt_mask"], mask], dim=1),

@@ -34,7 +34,10 @@ small mixins, never a fork.
   - SDPO, pure distillation: rows without a demonstration (``self_distillation_mask`` 0) have an
     all-zero loss mask; only the others go through the student and teacher forwards, the loss scaled
     by kept / all. Token masking still draws over the full batch shape; the confidence filter only
-    removes tokens, so it keeps the selection exact.
+    removes tokens, so it keeps the selection exact;
+  - SDPO: the rows of a group share their prompt (the student's) or most of their re-prompt (the
+    teacher's); each distinct one is forwarded once and its key/value cache indexed out to the rows
+    (:mod:`sdpocl.train.prefix`; ``share_prefixes``), for the student, the teacher and the KL reference.
 
   Each switches itself off where it would not be exact (:meth:`SchedGRPOTrainer.generation_logps_usable`,
   :meth:`SchedGRPOTrainer.zero_advantage_rows_skippable`, :meth:`MaskedSDPOTrainer.distilled_rows`).

@@ -1,0 +1,64 @@
+"""A forward over prompt + completion rows that computes each distinct prompt once.
+
+SDPO's student and teacher forwards run ``num_generations`` rows per prompt that share their prompt
+columns (the student's prompt; the teacher's re-prompt, whose demonstration most of a group shares).
+A causal model's outputs at the prompt positions do not depend on the completion, so the distinct
+prompts go through the model once, their key/value cache is indexed out to the rows (autograd sums
+the rows' gradients into the shared prompt, as the full forward's sum over identical copies does),
+and the completion columns run on top. Positions and attention mask are the full forward's (the
+prompt keeps its left padding; positions count from column 0 in both), so the logits are the full
+forward's up to float rounding. On the tiny preset most of a step's forward positions are prompt
+positions (docs/tiny-preset.md, row 41).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+def distinct_prefixes(input_ids: torch.Tensor, attention_mask: torch.Tensor, width: int):
+    """(distinct prefix ids, their mask, row -> distinct index) of the first ``width`` columns."""
+    key = torch.cat([input_ids[:, :width], attention_mask[:, :width].to(input_ids.dtype)], dim=1)
+    distinct, inverse = torch.unique(key, dim=0, return_inverse=True)
+    return distinct[:, :width], distinct[:, width:].to(attention_mask.dtype), inverse
+
+
+def shared_prefix_logits(
+    model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor, logits_to_keep: int
+) -> torch.Tensor | None:
+    """The logits a full forward gives at the positions that predict the last ``logits_to_keep`` tokens
+    (``model(input_ids).logits[:, :-1][:, -logits_to_keep:]``), with each distinct prefix (all columns
+    before those tokens) forwarded once; None when no two rows share a prefix (nothing to save)."""
+    rows, width = input_ids.size(0), input_ids.size(1) - logits_to_keep
+    if width <= 0 or logits_to_keep <= 0:
+        return None
+    prefix_ids, prefix_mask, inverse = distinct_prefixes(input_ids, attention_mask, width)
+    if prefix_ids.size(0) == rows:
+        return None
+    # DDP expects one forward per backward: the prefix runs on the module it wraps, the tail through it
+    inner = model.module if isinstance(model, nn.parallel.DistributedDataParallel) else model
+    head = inner(input_ids=prefix_ids, attention_mask=prefix_mask, use_cache=True, logits_to_keep=1)
+    first = head.logits[inverse]  # predicts the first completion token
+    if logits_to_keep == 1:
+        return first
+    cache = head.past_key_values
+    cache.reorder_cache(inverse)
+    # the last completion token predicts nothing that is kept: leave it out
+    tail = model(
+        input_ids=input_ids[:, width:-1],
+        attention_mask=attention_mask[:, :-1],
+        past_key_values=cache,
+        use_cache=True,
+        logits_to_keep=0,
+    )
+    return torch.cat([first, tail.logits], dim=1)
+
+
+def prefix_sharable(model: nn.Module, model_kwarg_keys) -> bool:
+    """The model takes a cache and ``logits_to_keep`` and keeps a cache in this mode (gradient checkpointing
+    drops it). DDP and FSDP2 need nothing more: tests/dist/frozen_ranks.py's ``prefix`` case (FSDP2, two
+    ranks) and tests/test_two_process.py (DDP) check the gradients."""
+    if not {"past_key_values", "logits_to_keep"} <= set(model_kwarg_keys or ()):
+        return False
+    return not getattr(getattr(model, "module", model), "is_gradient_checkpointing", False)
