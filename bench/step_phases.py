@@ -86,12 +86,12 @@ def main() -> None:
         help="SDPO forwards: each distinct prompt once (the default), the full rows, or both, interleaved",
     )
     a = p.parse_args()
-    from sdpocl.train.sdpo import MaskedSDPOTrainer
-
     modes = {"shared": [True], "full": [False], "both": [False, True]}[a.prefixes]
 
     from transformers import AutoConfig
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING, MODEL_MAPPING
+
+    from sdpocl.train.sdpo import MaskedSDPOTrainer
 
     config = load_config(a.config)
     results = Path(a.results or config["results"])

@@ -57,8 +57,8 @@ def shared_prefix_logits(
 
 def prefix_sharable(model: nn.Module, model_kwarg_keys) -> bool:
     """The model takes a cache and ``logits_to_keep`` and keeps a cache in this mode (gradient checkpointing
-    drops it). DDP and FSDP2 need nothing more: tests/dist/frozen_ranks.py's ``prefix`` case (FSDP2, two
-    ranks) and tests/test_two_process.py (DDP) check the gradients."""
+    drops it). DDP and FSDP2 need nothing more: tests/dist/frozen_ranks.py's ``prefix`` case checks both
+    on two ranks (tests/test_two_process.py's stages run micro-batches of one completion: nothing shared)."""
     if not {"past_key_values", "logits_to_keep"} <= set(model_kwarg_keys or ()):
         return False
     return not getattr(getattr(model, "module", model), "is_gradient_checkpointing", False)

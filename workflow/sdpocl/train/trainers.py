@@ -40,7 +40,8 @@ small mixins, never a fork.
     (:mod:`sdpocl.train.prefix`; ``share_prefixes``), for the student, the teacher and the KL reference.
 
   Each switches itself off where it would not be exact (:meth:`SchedGRPOTrainer.generation_logps_usable`,
-  :meth:`SchedGRPOTrainer.zero_advantage_rows_skippable`, :meth:`MaskedSDPOTrainer.distilled_rows`).
+  :meth:`SchedGRPOTrainer.zero_advantage_rows_skippable`, :meth:`MaskedSDPOTrainer.distilled_rows`,
+  :func:`sdpocl.train.prefix.prefix_sharable`).
 """
 
 from __future__ import annotations
