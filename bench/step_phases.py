@@ -7,8 +7,9 @@ time target of the tiny preset is arithmetic (docs/measurements.md); this says w
 
     python bench/step_phases.py --results results --runs grpo_s0,sdpo_a0_s0 --domains math,tooluse --steps 6
 
-``--prefixes both`` runs each stage with SDPO's full-row forwards and with each distinct prompt forwarded
-once (:mod:`sdpocl.train.prefix`), one after the other, for the ratio on one machine.
+``--prefixes both`` runs each stage with full rows and with each distinct prompt computed once (in
+``generate``'s prefill, :mod:`sdpocl.prefill`, and in SDPO's forwards, :mod:`sdpocl.train.prefix`), one
+after the other, for the ratio on one machine.
 """
 
 from __future__ import annotations
@@ -58,8 +59,11 @@ class PhaseTimer:
         from accelerate.optimizer import AcceleratedOptimizer
         from transformers.generation.utils import GenerationMixin
 
+        import sdpocl.prefill
+
         self._undo: list = []
         self.wrap(GenerationMixin, "generate", "generation")
+        self.wrap(sdpocl.prefill, "_shared_prefill_generate", "generation")  # its shared prefill included
         for cls in model_classes:  # TRL's GRPO calls the decoder itself and applies the LM head in chunks
             self.wrap(cls, "forward", "forward (outside generation)")
         self.wrap(torch.Tensor, "backward", "backward")
@@ -83,7 +87,8 @@ def main() -> None:
         "--prefixes",
         choices=["shared", "full", "both"],
         default="shared",
-        help="SDPO forwards: each distinct prompt once (the default), the full rows, or both, interleaved",
+        help="each distinct prompt once in generate's prefill and SDPO's forwards (the default), the full rows, "
+        "or both, one after the other",
     )
     a = p.parse_args()
     modes = {"shared": [True], "full": [False], "both": [False, True]}[a.prefixes]
@@ -91,6 +96,7 @@ def main() -> None:
     from transformers import AutoConfig
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING, MODEL_MAPPING
 
+    from sdpocl.train.grpo import SchedGRPOTrainer
     from sdpocl.train.sdpo import MaskedSDPOTrainer
 
     config = load_config(a.config)
@@ -101,9 +107,8 @@ def main() -> None:
     report = []
     for domain in a.domains.split(","):
         for name in a.runs.split(","):
-            grpo = run_by_name(config, name).method == "grpo"  # shares nothing: run once
-            for shared in modes[-1:] if grpo else modes:
-                MaskedSDPOTrainer.share_prefixes = shared
+            for shared in modes:
+                MaskedSDPOTrainer.share_prefixes = SchedGRPOTrainer.share_prefixes = shared
                 report.append(bench_stage(a, config, results, model_dir, model_classes, name, domain, shared))
     print(json.dumps(report, indent=2))
 

@@ -625,3 +625,26 @@ def test_evaluation_judges_domain_benchmarks_on_more_prompts_than_ood_sets(tiny_
     for b, n in [("math", 3), ("logic_grid", 2)]:
         assert len((tmp_path / "eval" / "samples" / f"{b}.jsonl").read_text().splitlines()) == n
     assert "1 domain benchmark x 3 prompts + 1 OOD x 2 prompts x 2 samples" in capsys.readouterr().out
+
+
+def test_lm_eval_collects_its_environment_report_once_per_process(monkeypatch):
+    """Every benchmark is its own simple_evaluate, which adds torch's collect_env report (subprocesses):
+    once per process, the same report in every result."""
+    from lm_eval import evaluator
+
+    from sdpocl.evaluate.run import env_info_once
+
+    calls = []
+
+    def collect(storage):
+        calls.append(1)
+        storage.update(pretty_env_info=f"report {len(calls)}", lm_eval_version="x")
+
+    monkeypatch.setattr(evaluator, "add_env_info", collect)
+    env_info_once()
+    env_info_once()  # idempotent: not wrapped twice
+    first, second = {}, {}
+    evaluator.add_env_info(first)
+    evaluator.add_env_info(second)
+    assert calls == [1]
+    assert first == second == {"pretty_env_info": "report 1", "lm_eval_version": "x"}

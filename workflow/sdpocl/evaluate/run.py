@@ -88,11 +88,13 @@ def make_lm(
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from sdpocl.cpu_attention import use_workflow_attention
+    from sdpocl.prefill import share_generation_prefill
 
     use_workflow_attention()
     cuda = torch.cuda.is_available()
     dtype = torch.bfloat16 if cuda else torch.float32
     hf_model = AutoModelForCausalLM.from_pretrained(model, dtype=dtype).to("cuda" if cuda else "cpu")
+    share_generation_prefill(hf_model)  # each prompt's `samples` copies share one prefill: the same tokens
     tok = AutoTokenizer.from_pretrained(model)
     return HFLM(
         chat_template_args=dict(template_kwargs or {}),
@@ -195,9 +197,36 @@ def _benchmark_settings(settings: dict, benchmark: str) -> dict:
     return {**settings, "n_prompts": n_prompts_for(settings["n_prompts"], benchmark)}
 
 
+def env_info_once() -> None:
+    """Make lm-eval collect its environment report once per process: ``simple_evaluate`` adds torch's
+    ``collect_env`` report (a dozen subprocesses, ~0.6 s) to every result, and each benchmark here is its
+    own ``simple_evaluate``; the report is the same for all of them. Idempotent."""
+    import functools
+
+    from lm_eval import evaluator
+
+    if getattr(evaluator.add_env_info, "once", False):
+        return
+    collect = evaluator.add_env_info
+
+    @functools.cache
+    def report() -> tuple:
+        info: dict = {}
+        collect(info)
+        return tuple(info.items())
+
+    def add_env_info(storage: dict) -> None:
+        storage.update(dict(report()))
+
+    add_env_info.once = True
+    evaluator.add_env_info = add_env_info
+
+
 def _evaluate_benchmark(lm, tm, benchmark: str, settings: dict, count_tokens) -> dict:
     """One benchmark through ``simple_evaluate``: its sample records and scores."""
     from lm_eval import simple_evaluate
+
+    env_info_once()
 
     seed, name = settings["seed"], task_name(benchmark)
     res = simple_evaluate(

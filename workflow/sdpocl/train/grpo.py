@@ -8,11 +8,12 @@ from dataclasses import dataclass
 import torch
 from trl import GRPOConfig, GRPOTrainer
 
+from sdpocl.prefill import dropout_free
 from sdpocl.train.anchor import AnchorArgs, kl_reference_path
 from sdpocl.train.frozen import check_shards, distributed, load_from_rank0
 from sdpocl.train.fsdp import use_fp32_reduction
 from sdpocl.train.schedule import RolloutScheduleArgs, RolloutScheduleMixin
-from sdpocl.train.shortcuts import GenerationLogps, dropout_free, rows_selectable, select_rows
+from sdpocl.train.shortcuts import GenerationLogps, rows_selectable, select_rows
 
 
 @dataclass
@@ -41,6 +42,8 @@ class SchedGRPOTrainer(RolloutScheduleMixin, GRPOTrainer):
 
     #: the exact shortcuts of the module docstring; False: TRL's own computation (tests, benchmarks)
     shortcuts = True
+    #: with ``shortcuts``: ``generate`` prefills each distinct prompt once (:mod:`sdpocl.prefill`)
+    share_prefixes = True
 
     def _load_reference(self) -> None:
         """TRL loads the reference from the parent's path, which under FSDP's cpu-ram-efficient loading leaves

@@ -8,7 +8,7 @@ the rows' gradients into the shared prompt, as the full forward's sum over ident
 and the completion columns run on top. Positions and attention mask are the full forward's (the
 prompt keeps its left padding; positions count from column 0 in both), so the logits are the full
 forward's up to float rounding. On the tiny preset most of a step's forward positions are prompt
-positions (docs/tiny-preset.md, row 41).
+positions (docs/tiny-preset.md, row 41). Generation shares its prefill the same way (:mod:`sdpocl.prefill`).
 """
 
 from __future__ import annotations
@@ -16,12 +16,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-
-def distinct_prefixes(input_ids: torch.Tensor, attention_mask: torch.Tensor, width: int):
-    """(distinct prefix ids, their mask, row -> distinct index) of the first ``width`` columns."""
-    key = torch.cat([input_ids[:, :width], attention_mask[:, :width].to(input_ids.dtype)], dim=1)
-    distinct, inverse = torch.unique(key, dim=0, return_inverse=True)
-    return distinct[:, :width], distinct[:, width:].to(attention_mask.dtype), inverse
+from sdpocl.prefill import distinct_prefixes
 
 
 def shared_prefix_logits(

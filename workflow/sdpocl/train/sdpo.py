@@ -13,12 +13,13 @@ from trl.experimental.sdpo import SDPOConfig, SDPOTrainer
 from trl.experimental.sdpo.sdpo_trainer import SuccessfulRolloutTeacherContextBuilder
 from trl.trainer.utils import get_config_model_id, selective_log_softmax
 
+from sdpocl.prefill import dropout_free
 from sdpocl.train.anchor import AnchorArgs, k3_kl, kl_reference_path
 from sdpocl.train.frozen import distributed
 from sdpocl.train.fsdp import frozen_copy, use_fp32_reduction
 from sdpocl.train.prefix import prefix_sharable, shared_prefix_logits
 from sdpocl.train.schedule import RolloutScheduleArgs, RolloutScheduleMixin
-from sdpocl.train.shortcuts import dropout_free, rows_selectable, select_rows
+from sdpocl.train.shortcuts import rows_selectable, select_rows
 
 #: placeholder of the demonstration in SDPO's solution template
 DEMO_FIELD = "{successful_previous_attempt}"
@@ -99,8 +100,9 @@ class MaskedSDPOTrainer(RolloutScheduleMixin, SDPOTrainer):
 
     #: the exact shortcuts of the module docstring; False: TRL's own computation (tests, benchmarks)
     shortcuts = True
-    #: with ``shortcuts``: forward each distinct (re-)prompt once (:mod:`sdpocl.train.prefix`; exact up to float
-    #: rounding, which Adam's first steps amplify in near-zero gradients, so the row tests compare without it)
+    #: with ``shortcuts``: forward each distinct (re-)prompt once, and prefill it once in ``generate``
+    #: (:mod:`sdpocl.train.prefix`; exact up to float rounding, which Adam's first steps amplify in near-zero
+    #: gradients, so the row tests compare without it)
     share_prefixes = True
     prefix_forwards = 0  # forwards that shared their prefixes (tests, benchmarks)
 

@@ -53,16 +53,6 @@ def select_rows(inputs: dict, rows: torch.Tensor) -> dict:
     return out
 
 
-def dropout_free(model: nn.Module) -> bool:
-    """No dropout acts in training mode: a forward over fewer rows draws no random numbers either way."""
-    config = getattr(model, "config", None)
-    text = config.get_text_config() if hasattr(config, "get_text_config") else config
-    rates = (getattr(text, k, 0.0) for k in ("attention_dropout", "hidden_dropout", "dropout", "resid_pdrop"))
-    if any(isinstance(r, (int, float)) and r > 0 for r in rates):
-        return False
-    return not any(isinstance(m, nn.Dropout) and m.p > 0 for m in model.modules())
-
-
 class GenerationLogps:
     """While ``generate`` samples, the log-probability of each sampled token under log_softmax(logits / T):
     a forward hook on the model reads the raw last-position logits of every decoding step (before any

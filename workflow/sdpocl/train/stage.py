@@ -103,6 +103,7 @@ def build_trainer(
     ``reference`` is the base model's directory, for a KL anchor to the base (``kl_reference="base"``)."""
     import torch
 
+    from sdpocl.prefill import share_generation_prefill
     from sdpocl.train.trainers import FAMILIES
 
     use_cpu = not torch.cuda.is_available()
@@ -124,7 +125,7 @@ def build_trainer(
         )
     kwargs.update(rollout_kwargs(use_cpu, settings))
     with seeded_vllm(settings["seed"]):
-        return trainer_cls(
+        trainer = trainer_cls(
             model=str(parent),
             reward_funcs=reward_funcs,
             args=config_cls(**kwargs),
@@ -132,6 +133,9 @@ def build_trainer(
             processing_class=tokenizer,
             callbacks=list(callbacks),
         )
+    if trainer.shortcuts and trainer.share_prefixes:  # rollouts by transformers' generate prefill each prompt once
+        share_generation_prefill(trainer.accelerator.unwrap_model(trainer.model))
+    return trainer
 
 
 def stage_dataset(settings: dict, data, tokenizer, replay_data=()) -> tuple[dict, int, dict | None]:

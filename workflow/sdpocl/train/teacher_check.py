@@ -94,6 +94,7 @@ def check_teacher(
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from sdpocl.cpu_attention import use_workflow_attention
+    from sdpocl.prefill import share_generation_prefill
 
     if samples < 2:
         raise ValueError(f"samples must be >= 2 (a demonstration is another sample of the group), got {samples}")
@@ -106,7 +107,9 @@ def check_teacher(
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32  # the paper preset's models on a GPU
 
     def load(path):
-        return AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device).eval()
+        net = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device).eval()
+        share_generation_prefill(net)  # a group's samples share one prefill, as in the rollouts
+        return net
 
     tok = AutoTokenizer.from_pretrained(model_dir)
     model = load(model_dir)

@@ -38,10 +38,13 @@ small mixins, never a fork.
   - SDPO: the rows of a group share their prompt (the student's) or most of their re-prompt (the
     teacher's); each distinct one is forwarded once and its key/value cache indexed out to the rows
     (:mod:`sdpocl.train.prefix`; ``share_prefixes``), for the student, the teacher and the KL reference.
+  - both, rollouts by transformers' ``generate``: the prefill runs each distinct prompt once and the rows
+    start from its cache (:func:`sdpocl.prefill.share_generation_prefill`; ``share_prefixes``): the
+    same sampled tokens.
 
   Each switches itself off where it would not be exact (:meth:`SchedGRPOTrainer.generation_logps_usable`,
   :meth:`SchedGRPOTrainer.zero_advantage_rows_skippable`, :meth:`MaskedSDPOTrainer.distilled_rows`,
-  :func:`sdpocl.train.prefix.prefix_sharable`).
+  :func:`sdpocl.train.prefix.prefix_sharable`, :func:`sdpocl.prefill.share_generation_prefill`).
 """
 
 from __future__ import annotations

@@ -1,0 +1,92 @@
+"""Generation that prefills each distinct prompt once.
+
+A rollout batch holds each prompt ``num_generations`` times and an lm-eval batch each prompt ``samples``
+times, and ``generate``'s first forward (the prefill) runs every copy: on the tiny preset about as many
+positions as the decoding that follows (docs/tiny-preset.md, row 42). :func:`share_generation_prefill`
+makes a model's ``generate`` compute the key/value cache of each distinct prompt once, index it out to
+the rows, and sample from there: the same tokens from the same seed (tests/test_prefix.py). The trainers'
+forwards share prompts the same way (:mod:`sdpocl.train.prefix`). Here, not under ``train``: evaluation,
+training and the teacher check all generate.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+from torch import nn
+
+
+def distinct_prefixes(input_ids: torch.Tensor, attention_mask: torch.Tensor, width: int):
+    """(distinct prefix ids, their mask, row -> distinct index) of the first ``width`` columns."""
+    key = torch.cat([input_ids[:, :width], attention_mask[:, :width].to(input_ids.dtype)], dim=1)
+    distinct, inverse = torch.unique(key, dim=0, return_inverse=True)
+    return distinct[:, :width], distinct[:, width:].to(attention_mask.dtype), inverse
+
+
+def dropout_free(model: nn.Module) -> bool:
+    """No dropout acts in training mode: a forward over fewer rows draws no random numbers either way."""
+    config = getattr(model, "config", None)
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    rates = (getattr(text, k, 0.0) for k in ("attention_dropout", "hidden_dropout", "dropout", "resid_pdrop"))
+    if any(isinstance(r, (int, float)) and r > 0 for r in rates):
+        return False
+    return not any(isinstance(m, nn.Dropout) and m.p > 0 for m in model.modules())
+
+
+def prefilled_cache(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor):
+    """The key/value cache a prefill over all columns but the last would leave, each distinct row computed
+    once (positions from the attention mask, as ``generate`` counts them); None when no two rows share
+    those columns. ``generate`` then runs only the last prompt column on it: the prefill's own logits
+    are never read, so the cache comes from the decoder alone (``model.base_model``) and hooks on the
+    model see the forwards ``generate`` makes."""
+    width = input_ids.size(1) - 1
+    if width <= 0:
+        return None
+    ids, mask, inverse = distinct_prefixes(input_ids, attention_mask, width)
+    if ids.size(0) == input_ids.size(0):
+        return None
+    positions = (mask.long().cumsum(-1) - 1).masked_fill(mask == 0, 0)
+    with torch.no_grad():
+        out = model.base_model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True)
+    cache = out.past_key_values
+    cache.reorder_cache(inverse)
+    return cache
+
+
+def _shared_prefill_generate(model: nn.Module, generate, *args, **kwargs):
+    input_ids, mask = kwargs.get("input_ids"), kwargs.get("attention_mask")
+    config = kwargs.get("generation_config") or model.generation_config
+    plain = (
+        args
+        or input_ids is None
+        or mask is None
+        or kwargs.get("past_key_values") is not None
+        or kwargs.get("inputs_embeds") is not None
+        or max(kwargs.get("num_return_sequences") or 1, config.num_return_sequences or 1) > 1
+        or max(kwargs.get("num_beams") or 1, config.num_beams or 1) > 1
+    )
+    cache = None if plain else prefilled_cache(model, input_ids, mask)
+    if cache is None:
+        return generate(*args, **kwargs)
+    return generate(**kwargs, past_key_values=cache)
+
+
+def share_generation_prefill(model: nn.Module) -> bool:
+    """Make ``model.generate`` prefill each distinct prompt row once (an instance attribute; see the module
+    docstring); False, and nothing changed, where that would not be exact: a sharded (FSDP) model, whose
+    decoder cannot run outside the root module's forward, or dropout, whose prefill would draw other random
+    numbers. ``generate`` keeps its own path for beams, several sequences per row, an explicit cache or
+    embeddings (``generate`` runs without gradients either way)."""
+    if "generate" in model.__dict__ or not hasattr(model, "base_model") or not dropout_free(model):
+        return False
+    if _sharded(model):
+        return False
+    model.generate = functools.partial(_shared_prefill_generate, model, model.generate)
+    return True
+
+
+def _sharded(model: nn.Module) -> bool:
+    from torch.distributed.tensor import DTensor
+
+    return any(isinstance(p, DTensor) for p in model.parameters())
