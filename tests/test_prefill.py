@@ -72,6 +72,10 @@ def test_the_same_tokens_from_one_prefill_per_prompt(monkeypatch):
     assert all(r == ids.size(0) for r in rows[1:]) and len(rows) == len(got.scores) + 1
     assert torch.equal(got.sequences, want.sequences)
     assert (got.sequences[:, ids.size(1) :] == EOS).any()  # some rows stopped early: the padding after EOS agrees
+    rows.clear()
+    torch.manual_seed(0)
+    positional = shared.generate(ids, attention_mask=mask, do_sample=True, top_k=0, max_new_tokens=16)
+    assert rows[0] == 3 and torch.equal(positional, want.sequences)  # generate(ids, ...) shares too
     for a, b in zip(want.scores, got.scores):
         finite = torch.isfinite(a)
         assert torch.equal(finite, torch.isfinite(b))

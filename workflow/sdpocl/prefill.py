@@ -55,6 +55,8 @@ def prefilled_cache(model: nn.Module, input_ids: torch.Tensor, attention_mask: t
 
 
 def _shared_prefill_generate(model: nn.Module, generate, *args, **kwargs):
+    if len(args) == 1 and torch.is_tensor(args[0]) and "input_ids" not in kwargs:
+        (kwargs["input_ids"],), args = args, ()  # generate(ids, ...): the prompt ids
     input_ids, mask = kwargs.get("input_ids"), kwargs.get("attention_mask")
     config = kwargs.get("generation_config") or model.generation_config
     plain = (

@@ -128,7 +128,7 @@ def check_teacher(
     def sample(text: str, net) -> list[list[int]]:
         ids = tok(text, return_tensors="pt", add_special_tokens=False).input_ids.to(device)
         out = net.generate(
-            ids.repeat(samples, 1),
+            input_ids=ids.repeat(samples, 1),
             attention_mask=torch.ones(samples, ids.shape[1], dtype=torch.long, device=device),
             do_sample=True,
             temperature=temperature,

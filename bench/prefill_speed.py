@@ -1,0 +1,144 @@
+"""Bench: ``generate`` with each distinct prompt prefilled once (sdpocl.prefill) against the plain prefill.
+
+Two measurements, each interleaved (plain, then shared, repeated) so that machine noise hits both alike,
+the fastest repeat of each:
+- generation: a rollout batch (``prompts_per_step`` training prompts x ``num_generations``) of each domain,
+  sampled from one seed as a rollout step samples, CPU seconds of this process; the two must sample the
+  same tokens;
+- with ``--eval-settings`` (the JSON the evaluate rule passes; ``snakemake -n -p`` prints it): one whole
+  evaluation of the base on every benchmark (``evaluate_model``, lm-eval), wall seconds, three ways:
+  neither change, lm-eval's environment report once per evaluation (``env_info_once``), and that with
+  the shared prefill (today's evaluation). The scores must agree.
+
+    python bench/prefill_speed.py --results results --domains math,tooluse --repeats 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import tempfile
+import time
+from pathlib import Path
+from unittest import mock
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from sdpocl.config import load_config
+from sdpocl.cpu_attention import use_workflow_attention
+from sdpocl.io import read_jsonl
+from sdpocl.prefill import share_generation_prefill
+from sdpocl.prompts import plain_text
+
+
+def generation_cpu_s(model_dir: Path, prompts: list[str], samples: int, new_tokens: int, repeats: int) -> dict:
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    tok.padding_side = "left"
+    models = {"plain": AutoModelForCausalLM.from_pretrained(model_dir).eval()}
+    models["shared"] = AutoModelForCausalLM.from_pretrained(model_dir).eval()
+    share_generation_prefill(models["shared"])
+    batch = tok(
+        [p for p in prompts for _ in range(samples)], return_tensors="pt", padding=True, add_special_tokens=False
+    )
+    best: dict[str, float] = {}
+    tokens = set()
+    for _ in range(repeats):
+        for name, model in models.items():
+            torch.manual_seed(0)
+            t0 = time.process_time()
+            out = model.generate(
+                input_ids=batch.input_ids,
+                attention_mask=batch.attention_mask,
+                do_sample=True,
+                top_k=0,
+                max_new_tokens=new_tokens,
+                pad_token_id=tok.pad_token_id,
+            )
+            best[name] = min(best.get(name, float("inf")), time.process_time() - t0)
+            tokens.add(hash(out.numpy().tobytes()))
+    if len(tokens) != 1:
+        raise SystemExit("the plain and the shared prefill sampled different tokens from the same seed")
+    return best
+
+
+def evaluation_seconds(results: Path, settings: str, repeats: int) -> dict:
+    from lm_eval import evaluator
+
+    import sdpocl.evaluate.run as run
+
+    benchmarks = sorted(p.stem for p in (results / "eval_tasks").glob("*.yaml"))
+    original = evaluator.add_env_info
+    modes = {
+        "neither": {"env_info_once": lambda: None, "share_generation_prefill": lambda model: False},
+        "env report once": {"share_generation_prefill": lambda model: False},
+        "env report once, shared prefill": {},
+    }
+    best: dict[str, float] = {}
+    accs: dict[str, dict] = {}
+    for _ in range(repeats):
+        for name, patches in modes.items():
+            with (
+                mock.patch.object(evaluator, "add_env_info", original),  # each mode starts from lm-eval's own
+                mock.patch.multiple(run, **patches) if patches else contextlib.nullcontext(),
+                tempfile.TemporaryDirectory() as tmp,
+            ):
+                t0 = time.perf_counter()
+                doc = run.evaluate_model(
+                    str(results / "base" / "model"),
+                    str(results / "eval_tasks"),
+                    benchmarks,
+                    str(Path(tmp) / "out"),
+                    settings=json.loads(settings),
+                    state_dir=str(Path(tmp) / "state"),
+                    threads=1,
+                )
+                seconds = time.perf_counter() - t0
+            best[name] = min(best.get(name, float("inf")), seconds)
+            accs[name] = {b: s["acc"] for b, s in doc["benchmarks"].items()}
+            print(f"[bench] {name}: evaluation of the base in {seconds:.1f} s", flush=True)
+    if len({json.dumps(a, sort_keys=True) for a in accs.values()}) != 1:
+        raise SystemExit(f"the evaluations scored differently: {accs}")
+    return best
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--config", default="config/config.yaml")
+    p.add_argument("--results", default=None, help="results folder holding base/model and data/ (default: config's)")
+    p.add_argument("--domains", default="math,tooluse")
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--eval-settings", help="the evaluate rule's --settings JSON: also time one whole evaluation")
+    a = p.parse_args()
+
+    torch.set_num_threads(1)
+    use_workflow_attention()
+    config = load_config(a.config)
+    results = Path(a.results or config["results"])
+    train = config["train"]
+    report: dict = {"generation": {}}
+    for domain in a.domains.split(","):
+        rows = read_jsonl(results / "data" / domain / "train.jsonl")[: train["prompts_per_step"]]
+        new_tokens = train["max_completion_length"][domain]
+        gen = generation_cpu_s(
+            results / "base" / "model", [plain_text(r) for r in rows], train["num_generations"], new_tokens, a.repeats
+        )
+        report["generation"][domain] = {
+            "rows": len(rows) * train["num_generations"],
+            "max_new_tokens": new_tokens,
+            "cpu_seconds": {k: round(v, 3) for k, v in gen.items()},
+            "ratio_shared_over_plain": round(gen["shared"] / gen["plain"], 3),
+        }
+        print(f"[bench] {domain}: {report['generation'][domain]}", flush=True)
+    if a.eval_settings:
+        ev = evaluation_seconds(results, a.eval_settings, a.repeats)
+        report["evaluation"] = {
+            "wall_seconds": {k: round(v, 1) for k, v in ev.items()},
+            "ratio_today_over_neither": round(ev["env report once, shared prefill"] / ev["neither"], 3),
+        }
+    print(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main()
