@@ -16,7 +16,6 @@ the fastest repeat of each:
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import tempfile
 import time
@@ -67,12 +66,14 @@ def evaluation_seconds(results: Path, settings: str, repeats: int) -> dict:
     from lm_eval import evaluator
 
     import sdpocl.evaluate.run as run
+    import sdpocl.prefill as prefill
 
     benchmarks = sorted(p.stem for p in (results / "eval_tasks").glob("*.yaml"))
-    original = evaluator.add_env_info
+    original, share = evaluator.add_env_info, prefill.share_generation_prefill
+    off = lambda model: False  # noqa: E731  (make_lm imports it from sdpocl.prefill when it runs)
     modes = {
-        "neither": {"env_info_once": lambda: None, "share_generation_prefill": lambda model: False},
-        "env report once": {"share_generation_prefill": lambda model: False},
+        "neither": {"env_info_once": lambda: None, "off": off},
+        "env report once": {"off": off},
         "env report once, shared prefill": {},
     }
     best: dict[str, float] = {}
@@ -81,7 +82,8 @@ def evaluation_seconds(results: Path, settings: str, repeats: int) -> dict:
         for name, patches in modes.items():
             with (
                 mock.patch.object(evaluator, "add_env_info", original),  # each mode starts from lm-eval's own
-                mock.patch.multiple(run, **patches) if patches else contextlib.nullcontext(),
+                mock.patch.object(run, "env_info_once", patches.get("env_info_once", run.env_info_once)),
+                mock.patch.object(prefill, "share_generation_prefill", patches.get("off", share)),
                 tempfile.TemporaryDirectory() as tmp,
             ):
                 t0 = time.perf_counter()
