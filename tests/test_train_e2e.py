@@ -219,7 +219,7 @@ def test_teacher_check_rule_on_the_smoke_grid(smoke_results):
 
 def test_step_phases_bench_splits_a_step(smoke_results):
     """bench/step_phases.py on the smoke run: every phase it names is timed, and together they fit in the step;
-    ``--prefixes both`` runs SDPO with full-row and shared-prefix forwards."""
+    ``--prefixes both`` runs each stage with full rows and with shared prompts (generate's prefill, SDPO's forwards)."""
     out = subprocess.run(
         [str(BIN / "python"), "bench/step_phases.py", "--config", "config/smoke.yaml", "--results", str(smoke_results)]
         + ["--runs", "grpo_s0,sdpo_a0_s0", "--domains", "math", "--steps", "2", "--prefixes", "both"],
@@ -231,7 +231,8 @@ def test_step_phases_bench_splits_a_step(smoke_results):
     assert out.returncode == 0, out.stderr[-3000:]
     report = json.loads(out.stdout[out.stdout.index("[\n") :])
     assert [(row["run"], row["prefixes"]) for row in report] == [
-        ("grpo_s0", "shared"),  # GRPO has no prefix forward: once
+        ("grpo_s0", "full"),
+        ("grpo_s0", "shared"),
         ("sdpo_a0_s0", "full"),
         ("sdpo_a0_s0", "shared"),
     ]
@@ -240,3 +241,25 @@ def test_step_phases_bench_splits_a_step(smoke_results):
         timed = ["generation", "forward (outside generation)", "backward", "optimizer step"]
         assert all(phases[name] > 0 for name in timed), phases
         assert phases["other"] >= -0.01, phases  # the phases are inside the step, never more than it
+
+
+def test_prefill_speed_bench_times_both_prefills(smoke_results):
+    """bench/prefill_speed.py on the smoke run: a rollout batch's generation both ways (it exits non-zero when
+    the two sample different tokens) and one whole evaluation of the base three ways (non-zero when they score
+    differently), with the settings the smoke run's base evaluation ran with."""
+    scores = json.loads((smoke_results / "base" / "eval" / "seed-0" / "scores.json").read_text())
+    out = subprocess.run(
+        [str(BIN / "python"), "bench/prefill_speed.py", "--config", "config/smoke.yaml"]
+        + ["--results", str(smoke_results), "--domains", "math", "--repeats", "1"]
+        + ["--eval-settings", json.dumps(scores["meta"]["settings"])],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    report = json.loads(out.stdout[out.stdout.index("{\n") :])
+    generation = report["generation"]["math"]
+    assert set(generation["cpu_seconds"]) == {"plain", "shared"} and generation["ratio_shared_over_plain"] > 0
+    modes = {"neither", "env report once", "env report once, shared prefill"}
+    assert set(report["evaluation"]["wall_seconds"]) == modes
