@@ -21,6 +21,7 @@ from pathlib import Path
 from unittest import mock
 
 import torch
+from base_evaluation import timed_base_evaluation
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import sdpocl.cpu_attention as cpu_attention
@@ -83,24 +84,11 @@ def step_seconds(config: dict, results: Path, domain: str, steps: int, repeats: 
 
 
 def evaluation_seconds(results: Path, settings: str, repeats: int) -> dict[str, float]:
-    from sdpocl.evaluate.run import evaluate_model
-
-    benchmarks = sorted(p.stem for p in (results / "eval_tasks").glob("*.yaml"))
     best: dict[str, float] = {}
     for _ in range(repeats):
         for name, use in MODES.items():
-            with mock.patch.object(cpu_attention, "use_cpu_gqa_attention", use), tempfile.TemporaryDirectory() as tmp:
-                t0 = time.perf_counter()
-                evaluate_model(
-                    str(results / "base" / "model"),
-                    str(results / "eval_tasks"),
-                    benchmarks,
-                    str(Path(tmp) / "out"),
-                    settings=json.loads(settings),
-                    state_dir=str(Path(tmp) / "state"),
-                    threads=1,
-                )
-                seconds = time.perf_counter() - t0
+            with mock.patch.object(cpu_attention, "use_cpu_gqa_attention", use):
+                seconds, _ = timed_base_evaluation(results, settings)
             best[name] = min(best.get(name, float("inf")), seconds)
             print(f"[bench] {name}: evaluation of the base in {seconds:.1f} s", flush=True)
     cpu_attention.use_stock_sdpa_attention()

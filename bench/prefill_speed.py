@@ -17,12 +17,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import tempfile
 import time
 from pathlib import Path
 from unittest import mock
 
 import torch
+from base_evaluation import timed_base_evaluation
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from sdpocl.config import load_config
@@ -68,7 +68,6 @@ def evaluation_seconds(results: Path, settings: str, repeats: int) -> dict:
     import sdpocl.evaluate.run as run
     import sdpocl.prefill as prefill
 
-    benchmarks = sorted(p.stem for p in (results / "eval_tasks").glob("*.yaml"))
     original, share = evaluator.add_env_info, prefill.share_generation_prefill
     off = lambda model: False  # noqa: E731  (make_lm imports it from sdpocl.prefill when it runs)
     modes = {
@@ -84,19 +83,8 @@ def evaluation_seconds(results: Path, settings: str, repeats: int) -> dict:
                 mock.patch.object(evaluator, "add_env_info", original),  # each mode starts from lm-eval's own
                 mock.patch.object(run, "env_info_once", patches.get("env_info_once", run.env_info_once)),
                 mock.patch.object(prefill, "share_generation_prefill", patches.get("off", share)),
-                tempfile.TemporaryDirectory() as tmp,
             ):
-                t0 = time.perf_counter()
-                doc = run.evaluate_model(
-                    str(results / "base" / "model"),
-                    str(results / "eval_tasks"),
-                    benchmarks,
-                    str(Path(tmp) / "out"),
-                    settings=json.loads(settings),
-                    state_dir=str(Path(tmp) / "state"),
-                    threads=1,
-                )
-                seconds = time.perf_counter() - t0
+                seconds, doc = timed_base_evaluation(results, settings)
             best[name] = min(best.get(name, float("inf")), seconds)
             accs[name] = {b: s["acc"] for b, s in doc["benchmarks"].items()}
             print(f"[bench] {name}: evaluation of the base in {seconds:.1f} s", flush=True)
