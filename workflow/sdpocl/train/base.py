@@ -78,6 +78,18 @@ def warmup_examples(cfg: dict, difficulty: dict | None = None) -> list[dict]:
     return [{"prompt": ex["prompt"], "completion": ex["completion"]} for ex in examples]
 
 
+def sft_microbatches(cfg: dict) -> int:
+    """Micro-batches per SFT step (``base.sft_microbatches``). A warm-up batch mixes domains whose
+    examples run from ~30 to ~200 tokens, so padding one batch to its longest wastes ~40% of the
+    arithmetic; cut by length, each micro-batch pads to its own longest."""
+    micro = int(cfg.get("sft_microbatches", 1))
+    if micro < 1 or cfg["sft_batch_size"] % micro:
+        raise ValueError(
+            f"base.sft_microbatches={micro} must be >= 1 and divide base.sft_batch_size={cfg['sft_batch_size']}"
+        )
+    return micro
+
+
 def build_base(cfg: dict, data_cfg: dict, out_dir: Path, threads: int = 2) -> dict:
     """Train tokenizer, init and SFT-warm the model, save it to ``out_dir``; return a summary."""
     import tempfile
@@ -98,13 +110,18 @@ def build_base(cfg: dict, data_cfg: dict, out_dir: Path, threads: int = 2) -> di
     print(f"[build-base] tokenizer: {len(tokenizer)} tokens; model: {n_params / 1e6:.2f}M parameters", flush=True)
 
     summary = {"vocab_size": len(tokenizer), "n_params": n_params, "sft_steps": cfg["sft_steps"]}
+    micro = sft_microbatches(cfg)
     if cfg["sft_steps"] > 0:
         examples = warmup_examples(cfg, difficulty)
         with tempfile.TemporaryDirectory() as tmp:
             args = SFTConfig(
                 output_dir=tmp,
                 max_steps=cfg["sft_steps"],
-                per_device_train_batch_size=cfg["sft_batch_size"],
+                per_device_train_batch_size=cfg["sft_batch_size"] // micro,
+                # each optimizer step's sft_batch_size examples, sorted by length and cut into `micro`
+                # micro-batches (transformers' BatchRebalanceSampler): little padding, the same loss
+                gradient_accumulation_steps=micro,
+                train_sampling_strategy="batch_rebalance" if micro > 1 else "random",
                 learning_rate=cfg["sft_lr"],
                 lr_scheduler_type="cosine",
                 warmup_steps=min(50, cfg["sft_steps"] // 10),
@@ -129,7 +146,9 @@ def build_base(cfg: dict, data_cfg: dict, out_dir: Path, threads: int = 2) -> di
                 callbacks=[_print_logs("build-base sft")],
             )
             trainer.remove_callback(PrinterCallback)
+            t_sft = time.time()
             trainer.train()
+            summary["sft_seconds"] = round(time.time() - t_sft, 1)
             model = trainer.model
             summary["sft_final_loss"] = trainer.state.log_history[-1].get("train_loss")
     model.save_pretrained(out_dir, safe_serialization=True)

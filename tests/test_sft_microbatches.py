@@ -1,0 +1,84 @@
+"""build-base's SFT warm-up cut into length-sorted micro-batches (``base.sft_microbatches``) trains on
+the same loss as one padded batch: the gradient-accumulated loss is normalised by the step's token
+count (transformers' ``num_items_in_batch``), not averaged per micro-batch."""
+
+from __future__ import annotations
+
+import pytest
+
+from sdpocl.train.base import build_base, sft_microbatches
+
+TINY = {
+    "vocab_size": 300,
+    "hidden_size": 32,
+    "intermediate_size": 64,
+    "num_layers": 1,
+    "num_heads": 2,
+    "num_kv_heads": 1,
+    "sft_steps": 1,
+    "sft_batch_size": 32,
+    "sft_lr": 3.0e-3,
+    "sft_examples": 32,  # one step sees every example, so both runs take the same batch
+    "reprompt_frac": 0.4,
+    "general_frac": 0.15,
+    "seed": 0,
+}
+
+
+def _weights(path):
+    from safetensors.torch import load_file
+
+    return load_file(str(path / "model.safetensors"))
+
+
+def test_one_step_same_loss_and_update(tmp_path):
+    import torch
+
+    whole = build_base(TINY, {"seed": 1}, tmp_path / "whole", threads=1)
+    cut = build_base(TINY | {"sft_microbatches": 4}, {"seed": 1}, tmp_path / "cut", threads=1)
+    assert cut["sft_final_loss"] == pytest.approx(whole["sft_final_loss"], rel=1e-5)
+    a, b = _weights(tmp_path / "whole"), _weights(tmp_path / "cut")
+    init = _weights_at_init(tmp_path)
+    moved = max((a[k] - init[k]).abs().max().item() for k in a)
+    assert moved > 1e-4  # the step did move the weights
+    for k in a:
+        torch.testing.assert_close(b[k], a[k], rtol=0, atol=moved * 1e-3, msg=k)
+
+
+def _weights_at_init(tmp_path):
+    build_base(TINY | {"sft_steps": 0}, {"seed": 1}, tmp_path / "init", threads=1)
+    return _weights(tmp_path / "init")
+
+
+@pytest.mark.parametrize("micro", [0, 5])
+def test_microbatches_must_divide_the_batch(micro):
+    with pytest.raises(ValueError, match=r"sft_microbatches=\d+ must be >= 1 and divide base.sft_batch_size=32"):
+        sft_microbatches(TINY | {"sft_microbatches": micro})
+
+
+def test_sft_speed_bench_times_each_cut():
+    """bench/sft_speed.py on the smoke config: a row per micro-batch count, each with its step time, its
+    real-token share (higher when cut finer: the point of the cut) and a finite loss."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    out = subprocess.run(
+        [sys.executable, "bench/sft_speed.py", "--config", "config/smoke.yaml"]
+        + ["--steps", "2", "--micro", "1,4", "--repeats", "1", "--threads", "1"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    rows = {r["sft_microbatches"]: r for r in map(json.loads, _rows(out.stdout))}
+    assert set(rows) == {1, 4}
+    assert all(r["s_per_step"] > 0 and r["loss"] > 0 for r in rows.values())
+    assert rows[4]["real_token_share"] > rows[1]["real_token_share"]
+
+
+def _rows(stdout: str) -> list[str]:
+    return [line for line in stdout.splitlines() if line.startswith('{"sft_microbatches"')]
