@@ -4,7 +4,8 @@ A warm-up batch of 32 mixes domains whose examples run from ~30 to ~200 tokens; 
 ~40% of a step's arithmetic is padding. For each micro-batch count, in turn (interleaved over
 ``--repeats`` so machine noise hits all alike), the warm-up of the config's base runs ``--steps`` steps
 from the same initialisation (``build_base``, the config's threads); printed: seconds per SFT step
-(fastest repeat), the share of the padded positions that are real tokens, and the loss at the last step.
+(fastest repeat), the share of the padded positions that are real tokens, and the mean training loss
+(the cuts of one config draw the same batches, so their losses agree; one padded batch draws its own).
 
     python bench/sft_speed.py --config config/config.yaml --steps 40 --micro 1,2,4,8 --repeats 2
 """
