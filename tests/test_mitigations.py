@@ -563,6 +563,7 @@ MITIGATIONS_PRESET = {
     "base.sft_steps": 400,
     "base.reprompt_frac": 0.25,
     "base.sft_microbatches": 1,
+    "base.sft_ranks": 1,
     "data.train_size": 500,
     "data.difficulty": {
         "math_addend_max": 9,

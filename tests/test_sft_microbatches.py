@@ -1,12 +1,14 @@
 """build-base's SFT warm-up cut into length-sorted micro-batches (``base.sft_microbatches``) trains on
 the same loss as one padded batch: the gradient-accumulated loss is normalised by the step's token
-count (transformers' ``num_items_in_batch``), not averaged per micro-batch."""
+count (transformers' ``num_items_in_batch``), not averaged per micro-batch. Dealt to two CPU ranks
+(``base.sft_ranks``: torchrun, gloo) the micro-batches give the same step again: the token count is
+summed over the ranks before the gradients are all-reduced."""
 
 from __future__ import annotations
 
 import pytest
 
-from sdpocl.train.base import build_base, sft_microbatches
+from sdpocl.train.base import build_base, sft_microbatches, sft_ranks
 
 TINY = {
     "vocab_size": 300,
@@ -43,6 +45,77 @@ def test_one_step_same_loss_and_update(tmp_path):
     assert moved > 1e-4  # the step did move the weights
     for k in a:
         torch.testing.assert_close(b[k], a[k], rtol=0, atol=moved * 1e-3, msg=k)
+
+
+def test_two_ranks_same_loss_and_update(tmp_path):
+    """The whole build through torchrun (two processes, gloo), against one process with the same cuts."""
+    import torch
+
+    one = build_base(TINY | {"sft_microbatches": 4}, {"seed": 1}, tmp_path / "one", threads=1)
+    two = build_base(TINY | {"sft_microbatches": 4, "sft_ranks": 2}, {"seed": 1}, tmp_path / "two", threads=1)
+    assert (one["sft_ranks"], two["sft_ranks"]) == (1, 2)
+    assert two["sft_final_loss"] == pytest.approx(one["sft_final_loss"], rel=1e-5)
+    a, b = _weights(tmp_path / "one"), _weights(tmp_path / "two")
+    init = _weights_at_init(tmp_path)
+    moved = max((a[k] - init[k]).abs().max().item() for k in a)
+    assert moved > 1e-4
+    for k in a:
+        torch.testing.assert_close(b[k], a[k], rtol=0, atol=moved * 1e-3, msg=k)
+    assert (tmp_path / "two" / "tokenizer.json").read_text() == (tmp_path / "one" / "tokenizer.json").read_text()
+
+
+def test_a_failing_rank_fails_the_build(tmp_path):
+    with pytest.raises(RuntimeError, match=r"build-base on 2 ranks failed \(torchrun exit status [1-9]"):
+        build_base(TINY | {"sft_microbatches": 4, "sft_ranks": 2, "sft_lr": "fast"}, {"seed": 1}, tmp_path, threads=1)
+    assert not (tmp_path / "model.safetensors").exists()
+
+
+def _processes_naming(marker: str) -> list[int]:
+    from pathlib import Path
+
+    pids = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            if marker in (proc / "cmdline").read_bytes().decode(errors="replace"):
+                pids.append(int(proc.name))
+        except OSError:
+            continue
+    return pids
+
+
+def test_a_cancelled_build_leaves_no_rank_behind(tmp_path):
+    """SIGTERM to the job (Snakemake cancelling it) stops the torchrun agent and its ranks too."""
+    import json
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    out = tmp_path / "cancelled-base"
+    cfg = TINY | {"sft_microbatches": 4, "sft_ranks": 2, "sft_steps": 2000, "sft_examples": 320}
+    code = (
+        "import json, sys; from pathlib import Path; from sdpocl.train.base import build_base; "
+        f"build_base(json.loads(sys.argv[1]), {{'seed': 1}}, Path({str(out)!r}), threads=1)"
+    )
+    job = subprocess.Popen([sys.executable, "-c", code, json.dumps(cfg)], stdout=subprocess.PIPE, text=True)
+    for line in job.stdout:  # the ranks are training once rank 0 prints a step (every 200; the 2,000 take minutes)
+        if "[build-base sft] step" in line:
+            break
+    assert len(_processes_naming(str(out))) >= 3  # the agent and two ranks
+    job.send_signal(signal.SIGTERM)
+    job.stdout.close()
+    assert job.wait(timeout=60) != 0
+    deadline = time.time() + 15  # left alone, the ranks would go on for minutes
+    while _processes_naming(str(out)) and time.time() < deadline:
+        time.sleep(0.5)
+    assert _processes_naming(str(out)) == []
+    assert not (out / "model.safetensors").exists()
+
+
+@pytest.mark.parametrize("ranks", [0, 3])
+def test_ranks_must_divide_the_microbatches(ranks):
+    with pytest.raises(ValueError, match=r"sft_ranks=\d+ must be >= 1 and divide base.sft_microbatches=4"):
+        sft_ranks(TINY | {"sft_microbatches": 4, "sft_ranks": ranks})
 
 
 def _weights_at_init(tmp_path):

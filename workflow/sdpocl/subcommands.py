@@ -49,7 +49,8 @@ def cmd_build_base(a) -> None:
 
     cfg = json.loads(a.settings)
     summary = build_base(cfg["base"], cfg["data"], Path(a.out), threads=a.threads)
-    write_json(a.report, summary)
+    if os.environ.get("RANK", "0") == "0":  # under torchrun (base.sft_ranks > 1) rank 0 reports
+        write_json(a.report, summary)
 
 
 def cmd_fetch_base(a) -> None:

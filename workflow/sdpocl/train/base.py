@@ -8,6 +8,10 @@ off-distribution and SDPO loses every success within a few steps (NOTES.md).
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -90,9 +94,72 @@ def sft_microbatches(cfg: dict) -> int:
     return micro
 
 
+def sft_ranks(cfg: dict) -> int:
+    """CPU processes the SFT warm-up runs on (``base.sft_ranks``). The tiny model's matrices are too
+    small for two threads to share one step well (1.4x on two cores); two data-parallel ranks of one
+    thread each split every step's micro-batches between them (transformers' batch_rebalance sampler
+    deals each rank its cost-balanced share) and all-reduce the gradients over gloo: the same loss."""
+    ranks = int(cfg.get("sft_ranks", 1))
+    if ranks < 1 or sft_microbatches(cfg) % ranks:
+        raise ValueError(
+            f"base.sft_ranks={ranks} must be >= 1 and divide base.sft_microbatches={cfg.get('sft_microbatches', 1)}"
+            " (each rank takes whole micro-batches of every step)"
+        )
+    return ranks
+
+
+def _world() -> tuple[int, int]:
+    """(rank, world size) of this process under torchrun; (0, 1) outside it."""
+    return int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def _build_on_ranks(cfg: dict, data_cfg: dict, out_dir: Path, ranks: int) -> dict:
+    """Rerun ``sdpocl build-base`` under torchrun with ``ranks`` CPU processes of one thread each;
+    rank 0 saves the model and the report, returned here. The ranks import their libraries afresh
+    (not through the job server: torchrun must own its workers)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        report = Path(tmp) / "report.json"
+        cmd = [
+            sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(ranks),
+            "-m", "sdpocl.cli", "build-base", "--settings", json.dumps({"base": cfg, "data": data_cfg}),
+            "--out", str(out_dir), "--report", str(report), "--threads", "1",
+        ]  # fmt: skip
+        from sdpocl.jobserver import ENV as JOB_SERVER
+
+        env = {k: v for k, v in os.environ.items() if k != JOB_SERVER} | {"OMP_NUM_THREADS": "1"}
+        print(f"[build-base] SFT warm-up on {ranks} CPU ranks (torchrun, gloo), one thread each", flush=True)
+        status = _run_forwarding_sigterm(cmd, env)
+        if status != 0:
+            raise RuntimeError(
+                f"build-base on {ranks} ranks failed (torchrun exit status {status}; the ranks' errors are above)."
+                " base.sft_ranks: 1 builds the base in this process"
+            )
+        return json.loads(report.read_text())
+
+
+def _run_forwarding_sigterm(cmd: list[str], env: dict) -> int:
+    """Run ``cmd``; a SIGTERM to this process (Snakemake cancelling the job) terminates it too, so no
+    torchrun agent outlives its job (the agent then stops its ranks)."""
+    import signal
+    import threading
+
+    proc = subprocess.Popen(cmd, env=env)
+    if threading.current_thread() is not threading.main_thread():
+        return proc.wait()
+    previous = signal.signal(signal.SIGTERM, lambda *_: proc.terminate())
+    try:
+        return proc.wait()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def build_base(cfg: dict, data_cfg: dict, out_dir: Path, threads: int = 2) -> dict:
-    """Train tokenizer, init and SFT-warm the model, save it to ``out_dir``; return a summary."""
-    import tempfile
+    """Train tokenizer, init and SFT-warm the model, save it to ``out_dir``; return a summary.
+    With ``base.sft_ranks`` > 1 the warm-up runs data-parallel on that many processes (torchrun)."""
+    ranks = sft_ranks(cfg)
+    rank, world = _world()
+    if ranks > 1 and world == 1 and cfg["sft_steps"] > 0:
+        return _build_on_ranks(cfg, data_cfg, Path(out_dir), ranks)
 
     import torch
     from datasets import Dataset
@@ -104,7 +171,8 @@ def build_base(cfg: dict, data_cfg: dict, out_dir: Path, threads: int = 2) -> di
     out_dir.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
     difficulty = data_cfg.get("difficulty")  # the training domains' task sizes (None: the defaults)
-    tokenizer = train_tokenizer(cfg["vocab_size"], data_cfg["seed"], out_dir, difficulty)
+    scratch = tempfile.TemporaryDirectory()  # ranks other than 0 write their (identical) tokenizer here
+    tokenizer = train_tokenizer(cfg["vocab_size"], data_cfg["seed"], out_dir if rank == 0 else scratch.name, difficulty)
     model = init_model(tokenizer, cfg, cfg["seed"])
     n_params = sum(p.numel() for p in model.parameters())
     print(f"[build-base] tokenizer: {len(tokenizer)} tokens; model: {n_params / 1e6:.2f}M parameters", flush=True)
@@ -119,8 +187,11 @@ def build_base(cfg: dict, data_cfg: dict, out_dir: Path, threads: int = 2) -> di
                 max_steps=cfg["sft_steps"],
                 per_device_train_batch_size=cfg["sft_batch_size"] // micro,
                 # each optimizer step's sft_batch_size examples, sorted by length and cut into `micro`
-                # micro-batches (transformers' BatchRebalanceSampler): little padding, the same loss
-                gradient_accumulation_steps=micro,
+                # micro-batches (transformers' BatchRebalanceSampler): little padding, the same loss;
+                # on several ranks each takes micro // world of them
+                gradient_accumulation_steps=micro // world,
+                ddp_backend="gloo" if world > 1 else None,
+                ddp_find_unused_parameters=False,  # every parameter is used: no extra autograd traversal
                 train_sampling_strategy="batch_rebalance" if micro > 1 else "random",
                 learning_rate=cfg["sft_lr"],
                 lr_scheduler_type="cosine",
@@ -151,8 +222,11 @@ def build_base(cfg: dict, data_cfg: dict, out_dir: Path, threads: int = 2) -> di
             summary["sft_seconds"] = round(time.time() - t_sft, 1)
             model = trainer.model
             summary["sft_final_loss"] = trainer.state.log_history[-1].get("train_loss")
-    model.save_pretrained(out_dir, safe_serialization=True)
-    tokenizer.save_pretrained(out_dir)
+            summary["sft_ranks"] = world
+    scratch.cleanup()
+    if rank == 0:
+        model.save_pretrained(out_dir, safe_serialization=True)
+        tokenizer.save_pretrained(out_dir)
     summary["seconds"] = round(time.time() - t0, 1)
     return summary
 
@@ -163,7 +237,7 @@ def _print_logs(tag: str):
 
     class PrintLogs(TrainerCallback):
         def on_log(self, args, state, control, logs=None, **kwargs):
-            if logs:
+            if logs and state.is_world_process_zero:
                 keep = {k: round(v, 4) if isinstance(v, float) else v for k, v in logs.items()}
                 print(f"[{tag}] step {state.global_step}/{state.max_steps} {json.dumps(keep)}", flush=True)
 
