@@ -33,7 +33,9 @@ if TINY:
             f"{RESULTS}/benchmarks/build_base.tsv"
         conda:
             "../../envs/sdpocl.yaml"
-        threads: 2  # fixed, not `workflow.cores`: the same base on every machine, and --report needs no --cores
+        # fixed, not `workflow.cores`: the same base on every machine, and --report needs no --cores;
+        # base.sft_ranks > 1: one thread per rank
+        threads: max(2, config["base"]["sft_ranks"])
         params:
             settings=stable_json(  # what build_base reads (the difficulty only where it is not the default)
                 {
