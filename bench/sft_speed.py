@@ -3,11 +3,13 @@
 A warm-up batch of 32 mixes domains whose examples run from ~30 to ~200 tokens; padded to its longest,
 ~40% of a step's arithmetic is padding. For each micro-batch count, in turn (interleaved over
 ``--repeats`` so machine noise hits all alike), the warm-up of the config's base runs ``--steps`` steps
-from the same initialisation (``build_base``, the config's threads); printed: seconds per SFT step
-(fastest repeat), the share of the padded positions that are real tokens, and the mean training loss
-(the cuts of one config draw the same batches, so their losses agree; one padded batch draws its own).
+from the same initialisation (``build_base``, the config's threads; with ``--ranks`` also on that many
+torchrun ranks of one thread each, ``base.sft_ranks``, the seconds then counting the ranks' set-up); printed:
+seconds per SFT step (fastest repeat), the share of the padded positions that are real tokens, and the mean
+training loss (the cuts of one config draw the same batches, so their losses agree; one padded batch draws its own).
 
     python bench/sft_speed.py --config config/config.yaml --steps 40 --micro 1,2,4,8 --repeats 2
+    python bench/sft_speed.py --config config/config.yaml --steps 200 --micro 4 --ranks 1,2 --repeats 2
 """
 
 from __future__ import annotations
@@ -46,26 +48,30 @@ def main() -> None:
     ap.add_argument("--micro", default="1,2,4,8", help="comma-separated micro-batch counts")
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--threads", type=int, default=2, help="the build_base rule's threads")
+    ap.add_argument(
+        "--ranks", default="1", help="comma-separated base.sft_ranks (> 1: torchrun ranks, one thread each)"
+    )
     args = ap.parse_args()
 
     config = load_config(Path(args.config))
     base = dict(config["base"]) | {"sft_steps": args.steps}
     data = {"seed": config["data"]["seed"], "difficulty": config["data"]["difficulty"]}
-    micros = [int(m) for m in args.micro.split(",")]
-    best: dict[int, dict] = {}
+    cases = [(m, r) for r in map(int, args.ranks.split(",")) for m in map(int, args.micro.split(","))]
+    best: dict[tuple[int, int], dict] = {}
     with tempfile.TemporaryDirectory() as tmp:
         for _ in range(args.repeats):
-            for m in micros:
-                out = Path(tmp) / f"micro{m}"
-                summary = build_base(base | {"sft_microbatches": m}, data, out, threads=args.threads)
+            for m, r in cases:
+                out = Path(tmp) / f"micro{m}-ranks{r}"
+                summary = build_base(base | {"sft_microbatches": m, "sft_ranks": r}, data, out, threads=args.threads)
                 per_step = summary["sft_seconds"] / args.steps
-                if m not in best or per_step < best[m]["s_per_step"]:
-                    best[m] = {"s_per_step": round(per_step, 4), "loss": summary["sft_final_loss"]}
-        for m in micros:
-            best[m]["real_token_share"] = round(padding_share(base, data["difficulty"], out, m), 3)
-    ref = best[micros[0]]["s_per_step"]
-    for m in micros:
-        print(json.dumps({"sft_microbatches": m, **best[m], "ratio": round(best[m]["s_per_step"] / ref, 3)}))
+                if (m, r) not in best or per_step < best[m, r]["s_per_step"]:
+                    best[m, r] = {"s_per_step": round(per_step, 4), "loss": summary["sft_final_loss"]}
+        for m, r in cases:
+            best[m, r]["real_token_share"] = round(padding_share(base, data["difficulty"], out, m), 3)
+    ref = best[cases[0]]["s_per_step"]
+    for m, r in cases:
+        row = {"sft_microbatches": m, "sft_ranks": r, **best[m, r]}
+        print(json.dumps(row | {"ratio": round(row["s_per_step"] / ref, 3)}))
 
 
 if __name__ == "__main__":
