@@ -112,6 +112,13 @@ def test_a_cancelled_build_leaves_no_rank_behind(tmp_path):
     assert not (out / "model.safetensors").exists()
 
 
+def test_ranks_run_without_the_job_server():
+    from sdpocl.jobserver import ENV
+    from sdpocl.train import base
+
+    assert base.JOB_SERVER_ENV == ENV
+
+
 @pytest.mark.parametrize("ranks", [0, 3])
 def test_ranks_must_divide_the_microbatches(ranks):
     with pytest.raises(ValueError, match=r"sft_ranks=\d+ must be >= 1 and divide base.sft_microbatches=4"):

@@ -33,9 +33,7 @@ if TINY:
             f"{RESULTS}/benchmarks/build_base.tsv"
         conda:
             "../../envs/sdpocl.yaml"
-        # fixed, not `workflow.cores`: the same base on every machine, and --report needs no --cores;
-        # base.sft_ranks > 1: one thread per rank
-        threads: max(2, config["base"]["sft_ranks"])
+        threads: 2  # fixed, not `workflow.cores`: the same base on every machine, and --report needs no --cores
         params:
             settings=stable_json(  # what build_base reads (the difficulty only where it is not the default)
                 {

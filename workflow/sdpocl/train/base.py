@@ -20,6 +20,9 @@ from sdpocl.data.benchmarks import general_examples
 from sdpocl.data.synthetic.common import _stable_int
 
 EOS = "<|endoftext|>"
+#: sdpocl.jobserver.ENV (not imported: the job server sits above the training code); torchrun's ranks run
+#: without it, in processes of their own
+JOB_SERVER_ENV = "SDPOCL_JOB_SERVER"
 
 
 def train_tokenizer(vocab_size: int, seed: int, out_dir: Path, difficulty: dict | None = None):
@@ -124,9 +127,7 @@ def _build_on_ranks(cfg: dict, data_cfg: dict, out_dir: Path, ranks: int) -> dic
             "-m", "sdpocl.cli", "build-base", "--settings", json.dumps({"base": cfg, "data": data_cfg}),
             "--out", str(out_dir), "--report", str(report), "--threads", "1",
         ]  # fmt: skip
-        from sdpocl.jobserver import ENV as JOB_SERVER
-
-        env = {k: v for k, v in os.environ.items() if k != JOB_SERVER} | {"OMP_NUM_THREADS": "1"}
+        env = {k: v for k, v in os.environ.items() if k != JOB_SERVER_ENV} | {"OMP_NUM_THREADS": "1"}
         print(f"[build-base] SFT warm-up on {ranks} CPU ranks (torchrun, gloo), one thread each", flush=True)
         status = _run_forwarding_sigterm(cmd, env)
         if status != 0:
