@@ -45,11 +45,11 @@ def cmd_prepare_data(a) -> None:
 
 
 def cmd_build_base(a) -> None:
-    from sdpocl.train.base import build_base
+    from sdpocl.train.base import build_base, world
 
     cfg = json.loads(a.settings)
     summary = build_base(cfg["base"], cfg["data"], Path(a.out), threads=a.threads)
-    if os.environ.get("RANK", "0") == "0":  # under torchrun (base.sft_ranks > 1) rank 0 reports
+    if world()[0] == 0:  # under torchrun (base.sft_ranks > 1) rank 0 reports
         write_json(a.report, summary)
 
 

@@ -111,7 +111,7 @@ def sft_ranks(cfg: dict) -> int:
     return ranks
 
 
-def _world() -> tuple[int, int]:
+def world() -> tuple[int, int]:
     """(rank, world size) of this process under torchrun; (0, 1) outside it."""
     return int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
 
@@ -158,8 +158,8 @@ def build_base(cfg: dict, data_cfg: dict, out_dir: Path, threads: int = 2) -> di
     """Train tokenizer, init and SFT-warm the model, save it to ``out_dir``; return a summary.
     With ``base.sft_ranks`` > 1 the warm-up runs data-parallel on that many processes (torchrun)."""
     ranks = sft_ranks(cfg)
-    rank, world = _world()
-    if ranks > 1 and world == 1 and cfg["sft_steps"] > 0:
+    rank, n_ranks = world()
+    if ranks > 1 and n_ranks == 1 and cfg["sft_steps"] > 0:
         return _build_on_ranks(cfg, data_cfg, Path(out_dir), ranks)
 
     import torch
@@ -189,9 +189,9 @@ def build_base(cfg: dict, data_cfg: dict, out_dir: Path, threads: int = 2) -> di
                 per_device_train_batch_size=cfg["sft_batch_size"] // micro,
                 # each optimizer step's sft_batch_size examples, sorted by length and cut into `micro`
                 # micro-batches (transformers' BatchRebalanceSampler): little padding, the same loss;
-                # on several ranks each takes micro // world of them
-                gradient_accumulation_steps=micro // world,
-                ddp_backend="gloo" if world > 1 else None,
+                # on several ranks each takes micro // n_ranks of them
+                gradient_accumulation_steps=micro // n_ranks,
+                ddp_backend="gloo" if n_ranks > 1 else None,
                 ddp_find_unused_parameters=False,  # every parameter is used: no extra autograd traversal
                 train_sampling_strategy="batch_rebalance" if micro > 1 else "random",
                 learning_rate=cfg["sft_lr"],
@@ -223,7 +223,7 @@ def build_base(cfg: dict, data_cfg: dict, out_dir: Path, threads: int = 2) -> di
             summary["sft_seconds"] = round(time.time() - t_sft, 1)
             model = trainer.model
             summary["sft_final_loss"] = trainer.state.log_history[-1].get("train_loss")
-            summary["sft_ranks"] = world
+            summary["sft_ranks"] = n_ranks
     scratch.cleanup()
     if rank == 0:
         model.save_pretrained(out_dir, safe_serialization=True)
