@@ -332,6 +332,7 @@ def test_teacher_stability_table(tmp_path):
     t1 = teacher_stability(table, first_domain="math", variant_runs={"sdpo-cot_a0_s0"})
     assert list(t1.teacher) == ["Base", "Frozen", "EMA 5%", "StableSDPO"]
     assert list(t1.acc) == pytest.approx([0.3, 0.6, 0.35, 0.55])
+    assert set(t1.n_samples) == {8}  # the k of Acc@k, which the figure names
 
 
 def test_benchmarks_cover_six_ood_sets_with_training_rewards():

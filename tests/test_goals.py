@@ -13,7 +13,7 @@ from sdpocl.train.steplog import summarize
 DOMAINS = ["math", "science", "tooluse"]
 
 
-def _row(run, label, seed, chain, bench, acc, change=math.nan, stderr=math.nan, method="grpo"):
+def _row(run, label, seed, chain, bench, acc, change=math.nan, stderr=math.nan, method="grpo", n_samples=8):
     parts = chain.split("/") if chain else []
     return {
         "run": run,
@@ -31,6 +31,7 @@ def _row(run, label, seed, chain, bench, acc, change=math.nan, stderr=math.nan, 
         "kind": "in-domain" if bench in DOMAINS else "ood",
         "bench_domain": bench if bench in DOMAINS else "math",
         "acc": acc,
+        "n_samples": n_samples,
         "change": change,
         "parent_acc": math.nan,
         "change_stderr": stderr,
@@ -102,6 +103,16 @@ def test_goal_report_prints_seeds_and_their_interval(tmp_path):
     forgot = next(x for x in report.splitlines() if x.startswith("| GRPO | +0.075 / +0.175 |"))
     assert "+0.125 ± 0.635" in forgot
     assert "OOD base Acc@8" in report and "logic_grid 0.300" in report and "1 of 1" in report
+
+
+def test_goal_report_names_the_metric_with_the_tables_samples_per_prompt(tmp_path):
+    results = _results(tmp_path)
+    ev = pd.read_csv(results / "tables" / "eval.csv")
+    ev.assign(n_samples=3).to_csv(results / "tables" / "eval.csv", index=False)
+    report = goal_report(results)
+    assert "OOD base Acc@3" in report and "own-stage Acc@3 minus" in report and "Acc@8" not in report
+    ev.assign(n_samples=[3, 8] * (len(ev) // 2) + [3] * (len(ev) % 2)).to_csv(results / "tables" / "eval.csv")
+    assert "OOD base Acc@k" in goal_report(results)  # rows that disagree name no k
 
 
 def test_goal_report_names_a_missing_table(tmp_path):

@@ -373,6 +373,21 @@ def test_the_default_grid_draws_every_figure_from_its_headline_runs_only(tmp_pat
         assert_valid(func({t: frames[t] for t in needs}, style, tmp_path / name), ("png",))
 
 
+def test_teacher_stability_names_the_tables_samples_per_prompt(tmp_path, monkeypatch):
+    """Table 1's figure says Acc@k with the k its table was scored with (the tiny preset's 3, the paper's 8)."""
+    from sdpocl.plot import continual
+
+    figures = []
+    monkeypatch.setattr(continual, "save", lambda fig, stem, st: figures.append(fig) or [])
+    teacher = synthetic_tables(seed=3)["teacher_stability"]
+    for k in (3, 8):
+        continual.plot_teacher_stability({"teacher_stability": teacher.assign(n_samples=k)}, STYLE, tmp_path / "t")
+        assert figures[-1].axes[0].get_ylabel() == f"Acc@{k} (%)"
+        assert f"Acc@{k} after the MATH stage" in figures[-1]._suptitle.get_text()
+    continual.plot_teacher_stability({"teacher_stability": teacher}, STYLE, tmp_path / "t")  # no n_samples column
+    assert figures[-1].axes[0].get_ylabel() == "Acc@k (%)"
+
+
 def test_empty_or_absent_tables_give_a_no_data_figure(tmp_path):
     directory = tmp_path / "tables"
     write_tables(

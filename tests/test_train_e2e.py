@@ -263,3 +263,25 @@ def test_prefill_speed_bench_times_both_prefills(smoke_results):
     assert set(generation["cpu_seconds"]) == {"plain", "shared"} and generation["ratio_shared_over_plain"] > 0
     modes = {"neither", "env report once", "env report once, shared prefill"}
     assert set(report["evaluation"]["wall_seconds"]) == modes
+
+
+def test_eval_design_bench_runs_on_a_results_folder(smoke_results):
+    """bench/eval_design.py on the smoke run: one variance split per own-domain change that eval.csv reports
+    (the split itself: tests/test_eval_design.py), and with the evaluation settings one timed evaluation of
+    the base per design, each on task files written for its samples per prompt."""
+    scores = json.loads((smoke_results / "base" / "eval" / "seed-0" / "scores.json").read_text())
+    out = subprocess.run(
+        [str(BIN / "python"), "bench/eval_design.py", "--results", str(smoke_results), "--designs", "4x8,8x2"]
+        + ["--eval-settings", json.dumps(scores["meta"]["settings"]), "--repeats", "1"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    report = json.loads(out.stdout[out.stdout.index("{\n") :])
+    ev = pd.read_csv(smoke_results / "tables" / "eval.csv")
+    own = ev[ev.continual & (ev.checkpoint == "final") & (ev.benchmark == ev.domain)]
+    assert sorted((r["run"], r["domain"]) for r in report["changes"]) == sorted(zip(own.run, own.domain))
+    assert all(r["samples"] == scores["meta"]["settings"]["samples"] for r in report["changes"])
+    assert set(report["wall_seconds"]) == {"4x8", "8x2"} and all(s > 0 for s in report["wall_seconds"].values())

@@ -22,9 +22,9 @@ from pathlib import Path
 import pandas as pd
 
 from sdpocl.chain import stage_dir
-from sdpocl.plot.style import _finals  # the figures' choice of rows: each stage's final checkpoint
+from sdpocl.plot.style import _finals, acc_name  # _finals: the figures' choice of rows (each stage's final checkpoint)
 
-#: OOD base Acc@8 range in which RelPerf can move both ways (issue 12, goal 3)
+#: OOD base Acc@k range in which RelPerf can move both ways (issue 12, goal 3)
 OOD_RANGE = (0.15, 0.7)
 
 
@@ -80,7 +80,7 @@ def stage_learning(ev: pd.DataFrame, results: Path) -> pd.DataFrame:
 
 
 def forgetting(ev: pd.DataFrame) -> pd.DataFrame:
-    """Per continual run: for each domain trained before the last stage, its in-domain Acc@8 right
+    """Per continual run: for each domain trained before the last stage, its in-domain Acc@k right
     after its own stage minus after the last stage (positive = forgotten), and their mean."""
     rows = _finals(ev)
     rows = rows[(rows.method != "base") & rows.continual & (rows.kind == "in-domain")]
@@ -157,6 +157,7 @@ def goal_report(results: str | Path) -> str:
     ev = _read(tables / "eval.csv")
     if ev is None or ev.empty:
         raise FileNotFoundError(f"{tables / 'eval.csv'} is missing or empty: run the workflow (aggregate_eval) first")
+    metric = acc_name(ev)  # Acc@8 in the paper; the tiny preset's samples per prompt
     lines = [f"# Goals: {results}"]
     learn = stage_learning(ev, results)
     lines += _section(
@@ -178,7 +179,7 @@ def goal_report(results: str | Path) -> str:
     fg = forgetting(ev)
     if not fg.empty:
         lines += _section(
-            "Forgetting after the chain (own-stage Acc@8 minus after the last stage; mean over earlier domains)",
+            f"Forgetting after the chain (own-stage {metric} minus after the last stage; mean over earlier domains)",
             ["method", "per seed", "seed mean ± 95% CI", "minus GRPO, seed by seed"],
         )
         grpo = fg[fg.label == "GRPO"] if (fg.label == "GRPO").any() else None
@@ -192,7 +193,7 @@ def goal_report(results: str | Path) -> str:
         }
         ema = next((t for t in by if t.startswith("EMA")), None)  # the first EMA row: the others' reference
         lines += _section(
-            "Table 1: Acc@8 on the first domain after the first stage",
+            f"Table 1: {metric} on the first domain after the first stage",
             ["teacher", "per seed", "seed mean ± 95% CI", f"minus {ema or 'EMA'}, seed by seed"],
         )
         for teacher, g in by.items():
@@ -217,7 +218,7 @@ def goal_report(results: str | Path) -> str:
         inside = [b for b, a in base.items() if OOD_RANGE[0] <= a <= OOD_RANGE[1]]
         lines += [
             "",
-            f"## OOD base Acc@8 (seed mean; in {OOD_RANGE[0]}-{OOD_RANGE[1]}: {len(inside)} of {len(base)})",
+            f"## OOD base {metric} (seed mean; in {OOD_RANGE[0]}-{OOD_RANGE[1]}: {len(inside)} of {len(base)})",
             "",
         ]
         lines.append(", ".join(f"{b} {a:.3f}" for b, a in base.items()))

@@ -25,6 +25,7 @@ from sdpocl.plot.style import (
     _runs,
     _stage_ticks,
     _table,
+    acc_name,
     apply_style,
     legend_columns,
     method_order,
@@ -198,10 +199,11 @@ def _teacher_label(method, alpha) -> str:
 
 
 def plot_teacher_stability(tables, style: dict, out_stem: Path) -> list[Path]:
-    """Acc@8 on MATH after the MATH stage per teacher (paper Table 1), stderr or 95% CI bars."""
+    """Acc@k on MATH after the MATH stage per teacher (paper Table 1: Acc@8), stderr or 95% CI bars."""
     st = apply_style(style)
-    title = "Teacher stability: Acc@8 after the MATH stage"
     ts = _numeric(_table(tables, "teacher_stability"), ["acc", "stderr", "alpha", "seed"]).dropna(subset=["acc"])
+    metric = acc_name(ts)
+    title = f"Teacher stability: {metric} after the MATH stage"
     if ts.empty:
         return _note_figure(title, "teacher_stability.csv is empty", st, out_stem)
     ts["teacher"] = ts["teacher"].astype(str)
@@ -264,7 +266,7 @@ def plot_teacher_stability(tables, style: dict, out_stem: Path) -> list[Path]:
         ax.set_ylim(0, ymax * 1.15 + 1e-9)
         ax.set_title(bench)
         ax.set_xlabel("Teacher")
-        ax.set_ylabel("Acc@8 (%)")
+        ax.set_ylabel(f"{metric} (%)")
         ax.tick_params(axis="x", labelrotation=20)
     fig.suptitle(title + ("\n(mean, 95% CI over seeds)" if several_seeds else " (± stderr)"))  # 2 lines fit one panel
     return save(fig, out_stem, st)

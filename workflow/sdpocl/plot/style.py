@@ -229,6 +229,14 @@ def _table(tables, name: str) -> pd.DataFrame:
     return df
 
 
+def acc_name(df: pd.DataFrame) -> str:
+    """``Acc@k`` with the table's own samples per prompt (``n_samples``): the paper's Acc@8, or what a
+    preset estimates the same mean accuracy with (the tiny preset: 3 samples on more prompts); ``Acc@k``
+    where the table does not say or its rows differ."""
+    k = pd.to_numeric(df["n_samples"], errors="coerce").dropna().unique() if "n_samples" in df else []
+    return f"Acc@{int(k[0])}" if len(k) == 1 else "Acc@k"
+
+
 def _flag(series: pd.Series) -> pd.Series:
     if series.dtype == bool:
         return series

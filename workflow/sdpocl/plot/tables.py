@@ -45,7 +45,8 @@ EVAL_COLUMNS = RUN_COLUMNS + [
 ]
 
 #: results/tables/teacher_stability.csv — paper Table 1
-TEACHER_STABILITY_COLUMNS = ["teacher", "run", "method", "alpha", "seed", "benchmark", "acc", "stderr"]
+#: (``n_samples``: the k of Acc@k, which the figure names)
+TEACHER_STABILITY_COLUMNS = ["teacher", "run", "method", "alpha", "seed", "benchmark", "acc", "stderr", "n_samples"]
 
 #: results/tables/drift_params.csv — per-stage drift_params.csv rows plus identity and position
 DRIFT_PARAM_COLUMNS = (
