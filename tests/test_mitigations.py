@@ -565,6 +565,7 @@ MITIGATIONS_PRESET = {
     "base.sft_microbatches": 1,
     "base.sft_ranks": 1,
     "data.train_size": 500,
+    "data.test_size": 100,
     "data.difficulty": {
         "math_addend_max": 9,
         "math_terms": 2,
@@ -579,6 +580,7 @@ MITIGATIONS_PRESET = {
     "train.lr": 1.0e-4,
     "evaluate.max_gen_toks": 64,
     "evaluate.n_prompts": 32,
+    "evaluate.samples": 8,
 }
 
 
