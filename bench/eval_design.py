@@ -130,10 +130,10 @@ def timed_designs(results: Path, designs: list[str], repeats: int, settings: dic
                 s = {**settings, "samples": samples, "n_prompts": {"domains": prompts, "ood": ood}}
                 t0 = time.perf_counter()
                 evaluate_model(
-                    str(results / "base" / "model"),
-                    str(Path(tmp) / f"k{samples}"),
+                    results / "base" / "model",
+                    Path(tmp) / f"k{samples}",
                     benchmarks,
-                    str(Path(tmp) / f"out{r}_{design.replace('/', '_')}"),
+                    Path(tmp) / f"out{r}_{design.replace('/', '_')}",
                     settings=s,
                     threads=1,
                 )
@@ -154,7 +154,7 @@ def main() -> None:
     ap.add_argument(
         "--eval-settings",
         help="time one evaluation of the base per design: the JSON the evaluate rule passes (snakemake -n -p"
-        " prints it); its samples and domain prompts are each design's, its OOD prompts are kept",
+        " prints it); its samples and domain prompts are each design's, its OOD prompts too where a design names them",
     )
     ap.add_argument("--repeats", type=int, default=2)
     a = ap.parse_args()
