@@ -217,19 +217,24 @@ def test_teacher_check_rule_on_the_smoke_grid(smoke_results):
     assert 0.0 <= report["student_acc"] <= 1.0
 
 
+def _bench_report(script: str, *args: str, opening: str = "{\n"):
+    """Run ``bench/<script>`` with ``args`` and return the JSON report it prints last (from ``opening`` on)."""
+    out = subprocess.run(
+        [str(BIN / "python"), f"bench/{script}", *args], cwd=ROOT, capture_output=True, text=True, timeout=600
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout[out.stdout.index(opening) :])
+
+
 def test_step_phases_bench_splits_a_step(smoke_results):
     """bench/step_phases.py on the smoke run: every phase it names is timed, and together they fit in the step;
     ``--prefixes both`` runs each stage with full rows and with shared prompts (generate's prefill, SDPO's forwards)."""
-    out = subprocess.run(
-        [str(BIN / "python"), "bench/step_phases.py", "--config", "config/smoke.yaml", "--results", str(smoke_results)]
-        + ["--runs", "grpo_s0,sdpo_a0_s0", "--domains", "math", "--steps", "2", "--prefixes", "both"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
+    report = _bench_report(
+        "step_phases.py",
+        *["--config", "config/smoke.yaml", "--results", str(smoke_results), "--runs", "grpo_s0,sdpo_a0_s0"],
+        *["--domains", "math", "--steps", "2", "--prefixes", "both"],
+        opening="[\n",
     )
-    assert out.returncode == 0, out.stderr[-3000:]
-    report = json.loads(out.stdout[out.stdout.index("[\n") :])
     assert [(row["run"], row["prefixes"]) for row in report] == [
         ("grpo_s0", "full"),
         ("grpo_s0", "shared"),
@@ -248,17 +253,11 @@ def test_prefill_speed_bench_times_both_prefills(smoke_results):
     the two sample different tokens) and one whole evaluation of the base three ways (non-zero when they score
     differently), with the settings the smoke run's base evaluation ran with."""
     scores = json.loads((smoke_results / "base" / "eval" / "seed-0" / "scores.json").read_text())
-    out = subprocess.run(
-        [str(BIN / "python"), "bench/prefill_speed.py", "--config", "config/smoke.yaml"]
-        + ["--results", str(smoke_results), "--domains", "math", "--repeats", "1"]
-        + ["--eval-settings", json.dumps(scores["meta"]["settings"])],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
+    report = _bench_report(
+        "prefill_speed.py",
+        *["--config", "config/smoke.yaml", "--results", str(smoke_results), "--domains", "math", "--repeats", "1"],
+        *["--eval-settings", json.dumps(scores["meta"]["settings"])],
     )
-    assert out.returncode == 0, out.stderr[-3000:]
-    report = json.loads(out.stdout[out.stdout.index("{\n") :])
     generation = report["generation"]["math"]
     assert set(generation["cpu_seconds"]) == {"plain", "shared"} and generation["ratio_shared_over_plain"] > 0
     modes = {"neither", "env report once", "env report once, shared prefill"}
@@ -270,16 +269,11 @@ def test_eval_design_bench_runs_on_a_results_folder(smoke_results):
     (the split itself: tests/test_eval_design.py), and with the evaluation settings one timed evaluation of
     the base per design, each on task files written for its samples per prompt."""
     scores = json.loads((smoke_results / "base" / "eval" / "seed-0" / "scores.json").read_text())
-    out = subprocess.run(
-        [str(BIN / "python"), "bench/eval_design.py", "--results", str(smoke_results), "--designs", "4x8,8x2"]
-        + ["--eval-settings", json.dumps(scores["meta"]["settings"]), "--repeats", "1"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
+    report = _bench_report(
+        "eval_design.py",
+        *["--results", str(smoke_results), "--designs", "4x8,8x2", "--repeats", "1"],
+        *["--eval-settings", json.dumps(scores["meta"]["settings"])],
     )
-    assert out.returncode == 0, out.stderr[-3000:]
-    report = json.loads(out.stdout[out.stdout.index("{\n") :])
     ev = pd.read_csv(smoke_results / "tables" / "eval.csv")
     own = ev[ev.continual & (ev.checkpoint == "final") & (ev.benchmark == ev.domain)]
     assert sorted((r["run"], r["domain"]) for r in report["changes"]) == sorted(zip(own.run, own.domain))
