@@ -31,10 +31,11 @@ import numpy as np
 
 from sdpocl.chain import stage_dir
 from sdpocl.data.synthetic.common import DOMAINS
+from sdpocl.io import read_jsonl
 
 
 def _scores(samples_dir: Path, bench: str) -> dict[int, np.ndarray]:
-    rows = (json.loads(line) for line in (samples_dir / f"{bench}.jsonl").read_text().splitlines() if line.strip())
+    rows = read_jsonl(samples_dir / f"{bench}.jsonl")  # as aggregate.per_prompt_acc reads them
     return {r["doc_id"]: np.asarray(r["scores"], dtype=float) for r in rows if r["scores"]}
 
 
