@@ -323,6 +323,11 @@ EVAL_RULES = {
             id="drift.response_samples",
         ),
         pytest.param(
+            lambda c: c["drift"].update(response_prompts=2),
+            {"response_drift", "aggregate_drift"} | DRIFT_PLOTS,
+            id="drift.response_prompts",
+        ),
+        pytest.param(
             lambda c: c["train"]["steps"].update(code=4),
             {
                 "train_stage",

@@ -226,3 +226,20 @@ def test_mismatched_records_raise_naming_the_benchmark():
     other_prompt[1]["prompt"] = "something else"
     with pytest.raises(ValueError, match="aime24.*prompts"):
         response_similarity(base, other_prompt, embed)
+
+
+def test_response_similarity_keeps_each_benchmarks_first_prompts():
+    """``n_prompts`` keeps each benchmark's smallest doc ids, whatever the records' order; only those are embedded."""
+    seen = []
+
+    def embed(texts):
+        seen.extend(texts)
+        return np.ones((len(texts), 2))
+
+    records = [sample_record(i, [f"{b}{i}"], benchmark=b) for b in ("aime24", "gpqa") for i in (4, 0, 3, 1, 2)]
+    df = response_similarity(records, records, embed, n_samples=1, n_prompts=2)
+    assert sorted(zip(df.benchmark, df.doc_id)) == [("aime24", 0), ("aime24", 1), ("gpqa", 0), ("gpqa", 1)]
+    assert sorted(seen) == ["aime240", "aime241", "gpqa0", "gpqa1"]
+    assert len(response_similarity(records, records, embed, n_prompts=9)) == len(records)
+    with pytest.raises(ValueError, match="n_prompts"):
+        response_similarity(records, records, embed, n_prompts=0)

@@ -23,9 +23,18 @@ from import_graph import PKG, cycle_path, cycles, import_graph, modules, strongl
 #: lower layer may be added (the layer order the failure prints says which are lower), a higher one never.
 LAYERS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     # the package's __init__ (only itself), atomic writers, prompt templates, the rules' scheduler
-    # requests, the CPU attention every model-running module registers, generation's shared prefill
+    # requests and priorities, the CPU attention every model-running module registers, generation's
+    # shared prefill
     "base": (
-        ("sdpocl", "sdpocl.io", "sdpocl.prompts", "sdpocl.resources", "sdpocl.cpu_attention", "sdpocl.prefill"),
+        (
+            "sdpocl",
+            "sdpocl.io",
+            "sdpocl.prompts",
+            "sdpocl.resources",
+            "sdpocl.priorities",
+            "sdpocl.cpu_attention",
+            "sdpocl.prefill",
+        ),
         (),
     ),
     # the per-domain rewards and their sandbox

@@ -6,7 +6,7 @@ from collections import Counter
 
 import pytest
 import yaml
-from workflow_utils import ROOT, scheduled_jobs, snakemake, stage_wildcards
+from workflow_utils import ROOT, dry_run_jobs, scheduled_jobs, snakemake, stage_wildcards
 
 from sdpocl.config import chains_for, expand_runs, load_config
 
@@ -159,3 +159,24 @@ def test_train_stage_by_hand_reports_bad_input(tmp_path, args, message):
     proc = subprocess.run(cmd, capture_output=True, text=True)
     assert proc.returncode == 2
     assert message in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_priorities_start_the_base_then_the_longest_chains(tmp_path):
+    """build_base first, the data jobs next, train stages by the stages left in their run, leaves last."""
+    jobs = dry_run_jobs(snakemake("-n", results=tmp_path).stdout)
+    by_rule: dict[str, list[float]] = {}
+    for job in jobs:
+        by_rule.setdefault(job["rule"], []).append(job["priority"])
+    data = by_rule["prepare_data"] + by_rule["prepare_benchmark"] + by_rule["write_eval_task"]
+    stages = {
+        (j["wildcards"]["run"], j["wildcards"]["chain"]): j["priority"] for j in jobs if j["rule"] == "train_stage"
+    }
+    assert by_rule["build_base"] == [max(j["priority"] for j in jobs)]
+    assert min(data) > max(stages.values())
+    depth = ["math", "math/science", "math/science/tooluse", "math/science/tooluse/code"]
+    chain = [stages[("sdpo_a0_s0", c)] for c in depth]
+    assert all(a > b for a, b in zip(chain, chain[1:])), chain
+    assert stages[("sdpo_a0_s0", "tooluse")] == stages[("sdpo_a0_s0", "math/science/tooluse/code")]
+    leaf_rules = ("evaluate_checkpoint", "evaluate_base", "compute_drift", "response_drift")
+    leaves = [p for r in leaf_rules for p in by_rule[r]]
+    assert max(leaves) < min(stages.values())

@@ -65,8 +65,9 @@ def stage_wildcards(dry_run_output: str, rule: str = "train_stage") -> list[tupl
 
 
 def dry_run_jobs(dry_run_output: str) -> list[dict]:
-    """Every job block of a dry run (``snakemake -n``) as ``{"rule", "wildcards", "reason"}``:
-    ``wildcards`` is a dict (empty for rules without wildcards), ``reason`` the job's reason line."""
+    """Every job block of a dry run (``snakemake -n``) as ``{"rule", "wildcards", "reason", "priority"}``:
+    ``wildcards`` is a dict (empty for rules without wildcards), ``reason`` the job's reason line,
+    ``priority`` the job's Snakemake priority (0 where the block names none)."""
     jobs = []
     for block in re.split(r"\n(?=rule |localrule )", dry_run_output):
         m = re.match(r"(?:local)?rule (\w+):\n", block)
@@ -79,7 +80,15 @@ def dry_run_jobs(dry_run_output: str) -> list[dict]:
                 key, _, value = item.partition("=")
                 wildcards[key.strip()] = value.strip()
         reason = re.search(r"^\s+reason: (.+)$", block, re.M)
-        jobs.append({"rule": m.group(1), "wildcards": wildcards, "reason": reason.group(1) if reason else ""})
+        priority = re.search(r"^\s+priority: (\S+)$", block, re.M)
+        jobs.append(
+            {
+                "rule": m.group(1),
+                "wildcards": wildcards,
+                "reason": reason.group(1) if reason else "",
+                "priority": float(priority.group(1)) if priority else 0,
+            }
+        )
     return jobs
 
 

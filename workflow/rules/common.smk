@@ -28,6 +28,7 @@ from sdpocl.data.loaders import OOD_BENCHMARKS as PAPER_OOD
 from sdpocl.data.domains import DOMAINS, Difficulty
 from sdpocl.evaluate.limits import canonical_n_prompts
 from sdpocl.jobserver import ENV as JOB_SERVER_ENV
+from sdpocl.priorities import BASE_PRIORITY, DATA_PRIORITY, stage_priority
 from sdpocl.prompts import resolve_prompt_format
 from sdpocl.resources import job_resources  # the GPU-capable rules' resources (GPUs, CPUs, memory)
 from sdpocl.train.paper_base import BaseModelError, check_base_available
@@ -57,6 +58,7 @@ if not TINY and not os.path.isdir(BASE_MODEL):
     except BaseModelError as exc:
         raise WorkflowError(str(exc)) from None
 THREADS = config["train"]["threads"]
+RESPONSE_PROMPTS = config["drift"]["response_prompts"]
 BENCHMARK_NAMES = benchmarks_for(config)
 VARIANT_RUNS = [name for name, run in RUNS.items() if run.is_variant]
 #: paper preset: local mirrors of the hub sources, if configured
@@ -248,6 +250,11 @@ def parent_model(wildcards):
 def parent_path(wildcards):
     parent = parent_chain(parse_chain(wildcards.chain))
     return BASE_MODEL if parent is None else stage_path(wildcards.run, chain_str(parent), "model")
+
+
+def train_priority(wildcards):
+    """The stages still to train in this run from here: the longest chain of work starts first."""
+    return stage_priority(chains_for(config, RUNS[wildcards.run]), parse_chain(wildcards.chain))
 
 
 def train_settings(wildcards):

@@ -6,6 +6,7 @@ rule prepare_data:
         f"{RESULTS}/data/{{domain}}/{{split}}.jsonl",
     log:
         f"{RESULTS}/logs/prepare_data/{{domain}}_{{split}}.log",
+    priority: DATA_PRIORITY  # read by every stage and evaluation (sdpocl.priorities)
     localrule: True  # seconds of work (or hub downloads): on the submit node under Slurm
     conda:
         "../../envs/sdpocl.yaml"
@@ -31,6 +32,7 @@ if TINY:
             f"{RESULTS}/logs/build_base.log",
         benchmark:
             f"{RESULTS}/benchmarks/build_base.tsv"
+        priority: BASE_PRIORITY  # every stage waits for it: before the data and benchmark jobs (sdpocl.priorities)
         conda:
             "../../envs/sdpocl.yaml"
         threads: 2  # fixed, not `workflow.cores`: the same base on every machine, and --report needs no --cores

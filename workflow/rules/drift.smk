@@ -49,10 +49,12 @@ rule response_drift:
         domains=config["domains"],
         model=config["drift"]["embedding_model"],
         n_samples=config["drift"]["response_samples"],
+        # empty at the default (every prompt), so results made before the key existed keep their params
+        n_prompts=lambda wc: "" if RESPONSE_PROMPTS is None else f"--n-prompts {RESPONSE_PROMPTS}",
     shell:
         "sdpocl response-drift --base {input.base} --chains {params.chains} --samples {input.stages} "
         "--meta {params.meta:q} --domains {params.domains} --embedding-model {params.model} "
-        "--n-samples {params.n_samples} --threads {threads} --out {output} > {log} 2>&1"
+        "--n-samples {params.n_samples} {params.n_prompts} --threads {threads} --out {output} > {log} 2>&1"
 
 
 rule domain_distance:

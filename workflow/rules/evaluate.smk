@@ -7,6 +7,7 @@ rule prepare_benchmark:
         meta=f"{RESULTS}/data/{{bench}}/meta.json",  # counts: records, rows skipped (per BFCL category)
     log:
         f"{RESULTS}/logs/prepare_benchmark/{{bench}}.log",
+    priority: DATA_PRIORITY  # read by every stage and evaluation (sdpocl.priorities)
     localrule: True  # seconds of work (or hub downloads): on the submit node under Slurm
     conda:
         "../../envs/sdpocl.yaml"
@@ -27,6 +28,7 @@ rule write_eval_task:
         f"{RESULTS}/eval_tasks/{{benchmark}}.yaml",
     log:
         f"{RESULTS}/logs/write_eval_task/{{benchmark}}.log",
+    priority: DATA_PRIORITY  # read by every stage and evaluation (sdpocl.priorities)
     localrule: True  # seconds of work (or hub downloads): on the submit node under Slurm
     conda:
         "../../envs/sdpocl.yaml"

@@ -17,6 +17,7 @@ rule train_stage:
         f"{RESULTS}/logs/train/{{run}}/{{chain}}.log",
     benchmark:
         f"{RESULTS}/benchmarks/train/{{run}}/{{chain}}.tsv"
+    priority: train_priority  # the stages left in the run: the critical path first (sdpocl.priorities)
     conda:
         "../../envs/sdpocl.yaml"
     threads: THREADS

@@ -205,6 +205,7 @@ COMMANDS: list[Command] = [
             _arg("--domains", nargs="+", required=True, help="the continual sequence"),
             _EMBEDDING,
             _arg("--n-samples", type=int, default=4, help="responses per prompt compared (sample i vs i)"),
+            _arg("--n-prompts", type=int, default=None, help="each benchmark's first N prompts (default: all)"),
             _threads(),
             _arg("--out", required=True, help="CSV, one row per (stage, benchmark, prompt)"),
         ],

@@ -146,6 +146,7 @@ def cmd_response_drift(a) -> None:
         domains=a.domains,
         embedding_model=a.embedding_model,
         n_samples=a.n_samples,
+        n_prompts=a.n_prompts,
         threads=a.threads,
     )
     write_csv(df, a.out)

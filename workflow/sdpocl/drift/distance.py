@@ -223,6 +223,15 @@ def _by_doc(records: Sequence[dict], side: str) -> dict:
     return out
 
 
+def _first_docs(keys: list[tuple], n: int) -> list[tuple]:
+    """The (benchmark, doc_id) keys among each benchmark's ``n`` smallest doc ids, in their given order."""
+    per_bench: dict = {}
+    for bench, doc in keys:
+        per_bench.setdefault(bench, []).append(doc)
+    kept = {(bench, doc) for bench, docs in per_bench.items() for doc in sorted(docs)[:n]}
+    return [k for k in keys if k in kept]
+
+
 def _check_match(base: dict, ckpt: dict) -> None:
     if base.keys() == ckpt.keys():
         return
@@ -241,9 +250,13 @@ def response_similarity(
     embed: Callable[[list[str]], np.ndarray],
     *,
     n_samples: int = 4,
+    n_prompts: int | None = None,
 ) -> pd.DataFrame:
     """Response drift per prompt: 100 x the mean over i < n_samples of cosine(embed(base
-    response i), embed(checkpoint response i)), records matched by (benchmark, doc_id).
+    response i), embed(checkpoint response i)), records matched by (benchmark, doc_id); with
+    ``n_prompts``, of the first ``n_prompts`` doc ids of each benchmark only (config
+    ``drift.response_prompts``: the similarity is a mean over prompts, and embedding every judged
+    prompt of every stage is most of the job's time).
 
     Sample i is compared with sample i (config ``drift.response_samples``): both are independent
     draws, so each pair estimates the expected base-vs-checkpoint similarity. Fewer samples are
@@ -253,9 +266,13 @@ def response_similarity(
     Rows follow the order of ``base_records``; columns :data:`SIMILARITY_COLUMNS`."""
     if n_samples < 1:
         raise ValueError(f"n_samples must be >= 1, got {n_samples}")
+    if n_prompts is not None and n_prompts < 1:
+        raise ValueError(f"n_prompts must be >= 1 or None, got {n_prompts}")
     base, ckpt = _by_doc(base_records, "base"), _by_doc(ckpt_records, "checkpoint")
     _check_match(base, ckpt)
     keys = list(base)
+    if n_prompts is not None:
+        keys = _first_docs(keys, n_prompts)
     pairs, owner = [], []
     for n, key in enumerate(keys):
         b, c = base[key], ckpt[key]

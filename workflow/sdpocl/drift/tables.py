@@ -40,9 +40,11 @@ def run_response_drift(
     domains: list[str],
     embedding_model: str,
     n_samples: int,
+    n_prompts: int | None = None,
     threads: int | None = None,
 ) -> pd.DataFrame:
-    """DRIFT_RESPONSE_COLUMNS rows for every stage (chain -> its eval samples dir) of one run."""
+    """DRIFT_RESPONSE_COLUMNS rows for every stage (chain -> its eval samples dir) of one run; with
+    ``n_prompts``, over each benchmark's first ``n_prompts`` prompts."""
     from sdpocl.drift.distance import read_samples, response_similarity
     from sdpocl.drift.embeddings import load_embedder
 
@@ -56,7 +58,9 @@ def run_response_drift(
                 raise ValueError(
                     f"benchmark {path.stem!r} of {samples_dir} has no base-model samples in {base_samples}"
                 )
-            sim = response_similarity(base[path.stem], read_samples(path), embed, n_samples=n_samples)
+            sim = response_similarity(
+                base[path.stem], read_samples(path), embed, n_samples=n_samples, n_prompts=n_prompts
+            )
             sim = sim.assign(**ident, kind=benchmark(path.stem).kind)
             frames.append(sim)
         print(
