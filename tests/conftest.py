@@ -1,4 +1,6 @@
 import copy
+import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -60,7 +62,11 @@ def smoke_results(tmp_path_factory):
     from workflow_utils import snakemake
 
     results = tmp_path_factory.mktemp("smoke") / "results"
-    snakemake("--profile", "profiles/local", results=results)
+    proc = snakemake("--profile", "profiles/local", results=results)
+    # Snakemake's own log of this run, beside the results (bench/core_use.py reads it)
+    log = re.search(r"Complete log\(s\): (\S+)", proc.stdout + proc.stderr)
+    if log:
+        shutil.copyfile(log.group(1), results.parent / "snakemake.log")
     return results
 
 

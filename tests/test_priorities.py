@@ -21,6 +21,9 @@ def test_priorities_order_base_data_stages():
     stage = [stage_priority(CHAINS, c) for c in CHAINS]
     assert stage == sorted(stage, reverse=True) and len(set(stage)) == 4
     assert BASE_PRIORITY > DATA_PRIORITY > max(stage) > min(stage) > 0
+    # the scheduler sums the priorities of the jobs it starts together: the base must outrank the
+    # one-core data jobs it displaces, one per core it takes (two; more ranks, more cores)
+    assert BASE_PRIORITY > 16 * DATA_PRIORITY
 
 
 def test_unknown_chain_is_an_error():

@@ -279,3 +279,15 @@ def test_eval_design_bench_runs_on_a_results_folder(smoke_results):
     assert sorted((r["run"], r["domain"]) for r in report["changes"]) == sorted(zip(own.run, own.domain))
     assert all(r["samples"] == scores["meta"]["settings"]["samples"] for r in report["changes"])
     assert set(report["wall_seconds"]) == {"4x8", "8x2"} and all(s > 0 for s in report["wall_seconds"].values())
+
+
+def test_core_use_bench_reads_the_smoke_runs_log(smoke_results):
+    """bench/core_use.py on Snakemake's log of the smoke run: every finished job counted under its rule, the
+    base started first (its priority: sdpocl.priorities), and no more busy core-seconds than the run had."""
+    log = smoke_results.parent / "snakemake.log"
+    report = _bench_report("core_use.py", "--log", str(log), "--cores", "2")
+    finished = log.read_text().count("Finished jobid:")
+    assert finished > 26 and report["first_started"] == ["build_base"]
+    assert {"build_base", "train_stage", "evaluate_checkpoint", "aggregate_eval"} <= set(report["job_seconds"])
+    assert 0 < report["busy_core_s"] <= 2 * report["wall_s"]
+    assert 0 <= report["seconds_all_idle"] <= report["seconds_with_an_idle_core"] <= report["wall_s"]

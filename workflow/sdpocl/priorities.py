@@ -8,14 +8,18 @@ minutes that way (docs/tiny-preset.md, row 50). Snakemake starts the ready jobs 
 ``priority`` first, so the base comes first, then the seconds-long data jobs every stage and evaluation
 reads, then each train stage ranked by the stages its chain still has to train, and the evaluations and
 drift jobs (leaves: nothing but the tables waits for them) fill the cores around them.
+
+Snakemake's scheduler maximises the *sum* of the priorities of the jobs it starts together, so a job
+that takes c cores must outrank c one-core jobs: two data jobs at 50 tie the two-rank base at 100, and
+the run of d710f00 started the data jobs first.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
-#: the base model: every stage and evaluation waits for it
-BASE_PRIORITY = 100
+#: the base model (two SFT ranks, two cores): every stage and evaluation waits for it
+BASE_PRIORITY = 1000
 #: the data and benchmark files (seconds each): every stage and evaluation reads them
 DATA_PRIORITY = 50
 #: a train stage: this plus the number of stages left in its run (itself included)
