@@ -58,7 +58,6 @@ if not TINY and not os.path.isdir(BASE_MODEL):
     except BaseModelError as exc:
         raise WorkflowError(str(exc)) from None
 THREADS = config["train"]["threads"]
-RESPONSE_PROMPTS = config["drift"]["response_prompts"]
 BENCHMARK_NAMES = benchmarks_for(config)
 VARIANT_RUNS = [name for name, run in RUNS.items() if run.is_variant]
 #: paper preset: local mirrors of the hub sources, if configured

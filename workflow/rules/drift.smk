@@ -50,7 +50,9 @@ rule response_drift:
         model=config["drift"]["embedding_model"],
         n_samples=config["drift"]["response_samples"],
         # empty at the default (every prompt), so results made before the key existed keep their params
-        n_prompts=lambda wc: "" if RESPONSE_PROMPTS is None else f"--n-prompts {RESPONSE_PROMPTS}",
+        n_prompts=(
+            "" if config["drift"]["response_prompts"] is None else f"--n-prompts {config['drift']['response_prompts']}"
+        ),
     shell:
         "sdpocl response-drift --base {input.base} --chains {params.chains} --samples {input.stages} "
         "--meta {params.meta:q} --domains {params.domains} --embedding-model {params.model} "
