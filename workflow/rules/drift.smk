@@ -49,7 +49,7 @@ rule response_drift:
         domains=config["domains"],
         model=config["drift"]["embedding_model"],
         n_samples=config["drift"]["response_samples"],
-        # empty at the default (every prompt), so results made before the key existed keep their params
+        # no flag at the default (null: every judged prompt)
         n_prompts=(
             "" if config["drift"]["response_prompts"] is None else f"--n-prompts {config['drift']['response_prompts']}"
         ),

@@ -10,7 +10,7 @@ reads, then each train stage ranked by the stages its chain still has to train, 
 drift jobs (leaves: nothing but the tables waits for them) fill the cores around them.
 
 Snakemake's scheduler maximises the *sum* of the priorities of the jobs it starts together, so a job
-that takes c cores must outrank c one-core jobs: two data jobs at 50 tie the two-rank base at 100, and
+that takes c cores must outrank c one-core jobs: at 100 the two-rank base tied two data jobs at 50, and
 the run of d710f00 started the data jobs first.
 """
 
