@@ -61,9 +61,8 @@ def core_use(jobs: list[dict], cores: int) -> dict:
         per_rule[j["rule"]] += b - a
         for s in range(a, b):
             busy[s] += min(j["threads"], cores)
-    first = min(j["start"] for j in jobs)
     return {
-        "first_started": sorted(j["rule"] for j in jobs if j["start"] == first),
+        "first_started": sorted(j["rule"] for j in jobs if j["start"] == t0),
         "wall_s": wall,
         "busy_core_s": sum(min(u, cores) for u in busy),
         "seconds_with_an_idle_core": sum(1 for u in busy if u < cores),
