@@ -7,7 +7,15 @@ import pandas as pd
 import pytest
 
 from sdpocl.chain import stage_dir
-from sdpocl.evaluate.goals import forgetting, goal_report, pooled_z, reward_rise, stage_learning, t_interval
+from sdpocl.evaluate.goals import (
+    first_stage_drift_at_equal_updates,
+    forgetting,
+    goal_report,
+    pooled_z,
+    reward_rise,
+    stage_learning,
+    t_interval,
+)
 from sdpocl.train.steplog import summarize
 
 DOMAINS = ["math", "science", "tooluse"]
@@ -156,6 +164,7 @@ def test_goal_report_reads_drift_against_grpo_seed_by_seed(tmp_path):
             for point, scale in ((0, 0.5), (1, 1.0)):  # the chain's last checkpoint is the one read
                 params.append(
                     {"label": label, "run": run, "seed": s, "matrix_type": "all", "continual": True}
+                    | {"stage": 2, "chain": "math/science", "checkpoint": 10 * (point + 1)}
                     | {"point_index": point, "nss_mean": nss * scale, "pm_update_mean": 4.0}
                 )
             for stage, sim in ((1, 95.0), (2, 90.0 - 2 * (label != "GRPO"))):
@@ -170,6 +179,51 @@ def test_goal_report_reads_drift_against_grpo_seed_by_seed(tmp_path):
     sim = next(x for x in lines if x.startswith("| SDPO_0 | similarity_last |"))
     assert sim.endswith("| -2 ± 0 |")
     assert next(x for x in lines if x.startswith("| GRPO | nss |")).endswith("|  |")
+
+
+def _first_stage_params(results, per_rollout):
+    """drift_params rows of each run's first stage (MATH), a checkpoint every 10 rollout steps up to 40,
+    NSS = the optimizer steps taken (so the row read names its own step), and each stage's
+    resolved_config.json with its optimizer steps per rollout step."""
+    rows = []
+    for run, (label, k) in per_rollout.items():
+        folder = results / stage_dir(".", run, "math")
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "resolved_config.json").write_text(json.dumps({"stage_settings": {"optimizer_steps_per_rollout": k}}))
+        for checkpoint in (10, 20, 30, 40):
+            rows.append(
+                {"label": label, "run": run, "seed": int(run[-1]), "matrix_type": "all", "continual": True}
+                | {"stage": 1, "chain": "math", "checkpoint": checkpoint, "point_index": checkpoint // 10}
+                | {"nss_mean": checkpoint * k, "pm_update_mean": checkpoint * k / 10}
+            )
+    return pd.DataFrame(rows)
+
+
+def test_first_stage_drift_is_read_at_equal_optimizer_steps(tmp_path):
+    # GRPO: 4 optimizer steps per rollout step (checkpoints at 40, 80, 120, 160 updates); SDPO: 1 (10 .. 40)
+    runs = {"grpo_s0": ("GRPO", 4), "sdpo_a0_s0": ("SDPO_0", 1), "grpo_s1": ("GRPO", 4), "sdpo_a0_s1": ("SDPO_0", 1)}
+    params = _first_stage_params(tmp_path, runs)
+    later = params.assign(stage=2, chain="math/science", nss_mean=99.0)  # a later stage is not read
+    out = first_stage_drift_at_equal_updates(pd.concat([params, later]), tmp_path)
+    assert set(out.optimizer_step) == {40}  # GRPO's rollout step 10 and SDPO's rollout step 40
+    assert sorted(out.run) == sorted(runs) and set(out.nss) == {40} and set(out.pm_update) == {4.0}
+    # a run whose stage folder lacks its resolved config is named, not guessed
+    (tmp_path / stage_dir(".", "sdpo_a0_s1", "math") / "resolved_config.json").unlink()
+    with pytest.raises(FileNotFoundError, match="sdpo_a0_s1"):
+        first_stage_drift_at_equal_updates(params, tmp_path)
+
+
+def test_goal_report_compares_first_stage_drift_at_equal_optimizer_steps(tmp_path):
+    results = _results(tmp_path)
+    params = _first_stage_params(results, {"grpo_s0": ("GRPO", 4), "sdpo_a0_s0": ("SDPO_0", 2)})
+    params.to_csv(results / "tables" / "drift_params.csv", index=False)
+    lines = goal_report(results).splitlines()
+    heading = next(i for i, x in enumerate(lines) if "at equal optimizer steps" in x)
+    assert lines[heading].startswith("## Drift in the first stage at equal optimizer steps (80;")
+    section = lines[heading:]
+    # both at 80 updates: GRPO's rollout step 20, SDPO's 40; equal drift, so SDPO minus GRPO is 0
+    assert next(x for x in section if x.startswith("| SDPO_0 | nss |")) == "| SDPO_0 | nss | 80 | 80 | +0 |"
+    assert next(x for x in section if x.startswith("| GRPO | pm_update |")) == "| GRPO | pm_update | 8 | 8 |  |"
 
 
 def test_pooled_z_of_a_domain_with_two_benchmarks(tmp_path):

@@ -2,7 +2,8 @@
 numbers in a report come from one command over the workflow's own tables, not from hand arithmetic.
 
 Reads ``tables/eval.csv``, ``tables/teacher_stability.csv``, ``tables/drift_params.csv``,
-``tables/drift_responses.csv`` (each optional) and every stage's ``summary.json``. Each check is
+``tables/drift_responses.csv`` (each optional), every stage's ``summary.json`` and the first stages'
+``resolved_config.json`` (optimizer steps per rollout step, for drift at equal updates). Each check is
 given per seed, then as the seed mean with its 95% t-interval (the docs' goal tables use it; the
 figures draw a percentile bootstrap, ``plot.style.ci95``, which is narrower at three seeds); with one
 seed the interval is empty and a stage's paired z (change / paired stderr, ``eval.csv``) is the only
@@ -123,6 +124,38 @@ def drift_after_chain(params: pd.DataFrame | None, responses: pd.DataFrame | Non
     return pd.DataFrame(list(out.values()))
 
 
+def optimizer_steps_per_rollout(results: Path, run: str, chain: str) -> int:
+    """Optimizer steps a stage took per rollout step, from its ``resolved_config.json`` (GRPO
+    ``train.grpo_minibatches``, SDPO 1: ``sdpocl.train.plan``)."""
+    path = Path(stage_dir(results, run, chain)) / "resolved_config.json"
+    if not path.exists():
+        raise FileNotFoundError(f"{path} is missing: the drift table names a stage the results folder lacks")
+    return int(json.loads(path.read_text())["stage_settings"]["optimizer_steps_per_rollout"])
+
+
+def first_stage_drift_at_equal_updates(params: pd.DataFrame | None, results: Path) -> pd.DataFrame:
+    """Per continual run: NSS and PM update of its first stage's checkpoint at the largest optimizer
+    step that every run's first stage saved. Checkpoints are taken at equal *rollout* steps, where GRPO
+    has taken ``grpo_minibatches`` optimizer steps to SDPO's one, so the drift after the chain compares
+    unequal numbers of updates; the paper's "SDPO drifts further in parameters" is a claim per update."""
+    cols = ["label", "run", "seed", "optimizer_step", "nss", "pm_update"]
+    if params is None or params.empty:
+        return pd.DataFrame(columns=cols)
+    p = params[(params.matrix_type.astype(str) == "all") & params.continual & (params.stage == 1)].copy()
+    if p.empty:
+        return pd.DataFrame(columns=cols)
+    per_rollout = {
+        (run, chain): optimizer_steps_per_rollout(results, run, chain)
+        for run, chain in p[["run", "chain"]].drop_duplicates().itertuples(index=False)
+    }
+    p["optimizer_step"] = [c * per_rollout[(r, ch)] for r, ch, c in zip(p.run, p.chain, p.checkpoint.astype(int))]
+    shared = set.intersection(*(set(g.optimizer_step) for _, g in p.groupby("run")))
+    if not shared:
+        return pd.DataFrame(columns=cols)
+    at = p[p.optimizer_step == max(shared)]
+    return at.rename(columns={"nss_mean": "nss", "pm_update_mean": "pm_update"})[cols].reset_index(drop=True)
+
+
 def _read(path: Path) -> pd.DataFrame | None:
     return pd.read_csv(path) if path.exists() else None
 
@@ -213,6 +246,22 @@ def goal_report(results: str | Path) -> str:
                     lines.append(
                         f"| {label} | {col} | {_seeds(g, col, '{:.4g}')} | {_ci(g[col], '{:.4g}')} | {minus} |"
                     )
+    try:
+        equal = first_stage_drift_at_equal_updates(_read(tables / "drift_params.csv"), results)
+    except FileNotFoundError as e:  # tables copied without the runs: the other sections still stand
+        lines += ["", f"(drift at equal optimizer steps not computed: {e})"]
+        equal = pd.DataFrame()
+    if not equal.empty:
+        step = int(equal.optimizer_step.iloc[0])
+        lines += _section(
+            f"Drift in the first stage at equal optimizer steps ({step}; the largest every run saved)",
+            ["method", "metric", "per seed", "seed mean ± 95% CI", "minus GRPO, seed by seed"],
+        )
+        grpo = equal[equal.label == "GRPO"] if (equal.label == "GRPO").any() else None
+        for label, g in equal.groupby("label"):
+            for col in ("nss", "pm_update"):
+                minus = "" if label == "GRPO" else _minus(g, grpo, col, "{:+.4g}")
+                lines.append(f"| {label} | {col} | {_seeds(g, col, '{:.4g}')} | {_ci(g[col], '{:.4g}')} | {minus} |")
     base = ev[(ev.method == "base") & (ev.kind == "ood")].groupby("benchmark").acc.mean()
     if not base.empty:
         inside = [b for b, a in base.items() if OOD_RANGE[0] <= a <= OOD_RANGE[1]]
