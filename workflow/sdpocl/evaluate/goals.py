@@ -232,7 +232,8 @@ def goal_report(results: str | Path) -> str:
         for teacher, g in by.items():
             minus = "" if teacher in ("Base", ema) else _minus(g, by.get(ema), "acc")
             lines.append(f"| {teacher} | {_seeds(g, 'acc', '{:.3f}')} | {_ci(g.acc, '{:.3f}')} | {minus} |")
-    drift = drift_after_chain(_read(tables / "drift_params.csv"), _read(tables / "drift_responses.csv"))
+    params = _read(tables / "drift_params.csv")
+    drift = drift_after_chain(params, _read(tables / "drift_responses.csv"))
     if not drift.empty:
         lines += _section(
             "Drift after the chain (NSS, PM update %, response similarity to the base after stage 1 / last)",
@@ -247,7 +248,7 @@ def goal_report(results: str | Path) -> str:
                         f"| {label} | {col} | {_seeds(g, col, '{:.4g}')} | {_ci(g[col], '{:.4g}')} | {minus} |"
                     )
     try:
-        equal = first_stage_drift_at_equal_updates(_read(tables / "drift_params.csv"), results)
+        equal = first_stage_drift_at_equal_updates(params, results)
     except FileNotFoundError as e:  # tables copied without the runs: the other sections still stand
         lines += ["", f"(drift at equal optimizer steps not computed: {e})"]
         equal = pd.DataFrame()
