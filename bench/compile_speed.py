@@ -36,6 +36,7 @@ def one(model_dir: str, compiled: bool, shape: str, batch: int, tokens: int, new
     run = torch.compile(model, dynamic=shape == "decode") if compiled else model
 
     def train() -> float:
+        model.zero_grad(set_to_none=True)
         logits = run(input_ids=ids, attention_mask=torch.ones_like(ids)).logits
         loss = torch.log_softmax(logits.float(), -1)[..., 1].mean()
         loss.backward()

@@ -265,16 +265,17 @@ def test_prefill_speed_bench_times_both_prefills(smoke_results):
 
 
 def test_compile_speed_bench_times_both(smoke_results):
-    """bench/compile_speed.py on the smoke run's base: a forward and backward eager and under torch.compile, each
-    timed in its own process, computing the same loss (the decode shape: the same calls without a backward)."""
-    report = _bench_report(
-        "compile_speed.py",
-        *["--model", str(smoke_results / "base" / "model"), "--batch", "4", "--tokens", "16"],
-        *["--warmup", "0", "--calls", "1"],
-    )
-    assert report["shape"] == "train" and set(report["modes"]) == {"eager", "compiled"}
-    assert all(m["s_per_call"] > 0 and m["first_call_s"] > 0 for m in report["modes"].values())
-    assert report["check_gap"] < 1e-4 and report["ratio_compiled_over_eager"] > 0
+    """bench/compile_speed.py on the smoke run's base: a forward and backward, and a generation on a key/value
+    cache, eager and under torch.compile, each timed in its own process and computing the same numbers."""
+    for shape in ("train", "decode"):
+        report = _bench_report(
+            "compile_speed.py",
+            *["--model", str(smoke_results / "base" / "model"), "--shape", shape, "--batch", "4", "--tokens", "8"],
+            *["--new", "3", "--warmup", "0", "--calls", "1"],
+        )
+        assert report["shape"] == shape and set(report["modes"]) == {"eager", "compiled"}
+        assert all(m["s_per_call"] > 0 and m["first_call_s"] > 0 for m in report["modes"].values())
+        assert report["check_gap"] < 1e-4 and report["ratio_compiled_over_eager"] > 0
 
 
 def test_eval_design_bench_runs_on_a_results_folder(smoke_results):
