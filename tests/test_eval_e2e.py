@@ -11,6 +11,7 @@ from workflow_utils import BIN, ROOT
 
 from sdpocl.config import chains_for, expand_runs, load_config
 from sdpocl.data.benchmarks import benchmarks_for
+from sdpocl.evaluate.goals import first_stage_drift_at_equal_updates, optimizer_steps_per_rollout
 from sdpocl.plot.tables import (
     DOMAIN_MMD_COLUMNS,
     DRIFT_PARAM_COLUMNS,
@@ -144,3 +145,10 @@ def test_goal_table_from_the_smoke_grid(smoke_results, tmp_path):
     line = next(x for x in proc.stdout.splitlines() if x.startswith("| GRPO | 1 math |"))
     assert f"{first.change:+.3f}" in line
     assert sum(x.startswith("| SDPO_0 | ") for x in proc.stdout.splitlines()) >= 4  # four stages, then forgetting
+    # drift at equal optimizer steps reads each first stage's own resolved config: GRPO 4 updates a rollout step,
+    # SDPO 1; the smoke stages save every 2 rollout steps (GRPO at 8 and 16 updates, SDPO at 2 and 4), none shared
+    assert optimizer_steps_per_rollout(smoke_results, "grpo_s0", "math") == 4
+    assert optimizer_steps_per_rollout(smoke_results, "sdpo_a0_s0", "math") == 1
+    params = pd.read_csv(smoke_results / "tables" / "drift_params.csv")
+    assert first_stage_drift_at_equal_updates(params, smoke_results).empty
+    assert "at equal optimizer steps" not in proc.stdout
