@@ -183,6 +183,18 @@ def _section(title: str, columns: list[str]) -> list[str]:
     return ["", f"## {title}", "", "| " + " | ".join(columns) + " |", "|---" * len(columns) + "|"]
 
 
+def _drift_section(title: str, drift: pd.DataFrame, metrics: tuple[str, ...]) -> list[str]:
+    """A drift table: per method and metric (those with a value) the seeds, their mean ± CI and minus GRPO."""
+    lines = _section(title, ["method", "metric", "per seed", "seed mean ± 95% CI", "minus GRPO, seed by seed"])
+    grpo = drift[drift.label == "GRPO"] if (drift.label == "GRPO").any() else None
+    for label, g in drift.groupby("label"):
+        for col in metrics:
+            if col in g and g[col].notna().any():
+                minus = "" if label == "GRPO" else _minus(g, grpo, col, "{:+.4g}")
+                lines.append(f"| {label} | {col} | {_seeds(g, col, '{:.4g}')} | {_ci(g[col], '{:.4g}')} | {minus} |")
+    return lines
+
+
 def goal_report(results: str | Path) -> str:
     """The goal table of ``results`` as markdown (per seed ``a / b / c``, then the seed mean ± 95% CI)."""
     results = Path(results)
@@ -235,18 +247,11 @@ def goal_report(results: str | Path) -> str:
     params = _read(tables / "drift_params.csv")
     drift = drift_after_chain(params, _read(tables / "drift_responses.csv"))
     if not drift.empty:
-        lines += _section(
+        lines += _drift_section(
             "Drift after the chain (NSS, PM update %, response similarity to the base after stage 1 / last)",
-            ["method", "metric", "per seed", "seed mean ± 95% CI", "minus GRPO, seed by seed"],
+            drift,
+            ("nss", "pm_update", "similarity_first", "similarity_last"),
         )
-        grpo = drift[drift.label == "GRPO"] if (drift.label == "GRPO").any() else None
-        for label, g in drift.groupby("label"):
-            for col in ("nss", "pm_update", "similarity_first", "similarity_last"):
-                if col in g and g[col].notna().any():
-                    minus = "" if label == "GRPO" else _minus(g, grpo, col, "{:+.4g}")
-                    lines.append(
-                        f"| {label} | {col} | {_seeds(g, col, '{:.4g}')} | {_ci(g[col], '{:.4g}')} | {minus} |"
-                    )
     try:
         equal = first_stage_drift_at_equal_updates(params, results)
     except FileNotFoundError as e:  # tables copied without the runs: the other sections still stand
@@ -254,15 +259,8 @@ def goal_report(results: str | Path) -> str:
         equal = pd.DataFrame()
     if not equal.empty:
         step = int(equal.optimizer_step.iloc[0])
-        lines += _section(
-            f"Drift in the first stage at equal optimizer steps ({step}; the largest every run saved)",
-            ["method", "metric", "per seed", "seed mean ± 95% CI", "minus GRPO, seed by seed"],
-        )
-        grpo = equal[equal.label == "GRPO"] if (equal.label == "GRPO").any() else None
-        for label, g in equal.groupby("label"):
-            for col in ("nss", "pm_update"):
-                minus = "" if label == "GRPO" else _minus(g, grpo, col, "{:+.4g}")
-                lines.append(f"| {label} | {col} | {_seeds(g, col, '{:.4g}')} | {_ci(g[col], '{:.4g}')} | {minus} |")
+        title = f"Drift in the first stage at equal optimizer steps ({step}; the largest every run saved)"
+        lines += _drift_section(title, equal, ("nss", "pm_update"))
     base = ev[(ev.method == "base") & (ev.kind == "ood")].groupby("benchmark").acc.mean()
     if not base.empty:
         inside = [b for b, a in base.items() if OOD_RANGE[0] <= a <= OOD_RANGE[1]]
