@@ -63,6 +63,7 @@ def _record(prompt: str, answer: str, domain: str, solution: str, tests: Sequenc
 _THINK_SOLUTION = re.compile(r"^ <think>(.*?)</think> (.*)$", flags=re.DOTALL)
 REASONING_STYLES = ("think", "visible")
 TOOLUSE_ARGS = ("copied", "computed")
+TOOLUSE_LISTS = ("short", "long")
 
 
 def render_reasoning(solution: str, style: str = "think") -> str:
@@ -106,6 +107,10 @@ class Difficulty:
     ``tooluse_calls``: 1 (one tool call per request) or 2 (half the requests join two requests of two
     different tools, as BFCL's "multiple" categories: the Thought holds both workings, then both calls
     follow in the request's order; the other half are the single requests of 1).
+    ``tooluse_lists``: ``short`` (24 countries, 24 queries, 22 clock times) or ``long`` (with
+    ``computed`` only: 48 countries, 56 queries, 44 clock times in two wordings of the day's half, 9
+    set-alarm wordings), so every tool has ~75 test requests and the 300-prompt test set holds the tools
+    equally, where ``short`` gives ``convert_currency`` 191 of them (docs/tiny-preset.md row 52).
     ``code_addend_max``: the same for the constant of a code
     task (given as "the sum of a and b"). ``reasoning``: the format of the reference solutions the base
     is warmed up on (``think`` or ``visible``, :func:`render_reasoning`); not a task size, so the
@@ -118,6 +123,7 @@ class Difficulty:
     code_addend_max: int = 9
     tooluse_args: str = "copied"
     tooluse_calls: int = 1
+    tooluse_lists: str = "short"
     #: the reference solutions' reasoning (:func:`render_reasoning`): what the base is warmed up to write
     reasoning: str = "think"
 
@@ -129,6 +135,14 @@ class Difficulty:
         if self.tooluse_args not in TOOLUSE_ARGS:
             raise ValueError(
                 f"data.difficulty.tooluse_args must be one of {', '.join(TOOLUSE_ARGS)}, got {self.tooluse_args!r}"
+            )
+        if self.tooluse_lists not in TOOLUSE_LISTS:
+            raise ValueError(
+                f"data.difficulty.tooluse_lists must be one of {', '.join(TOOLUSE_LISTS)}, got {self.tooluse_lists!r}"
+            )
+        if self.tooluse_lists == "long" and self.tooluse_args != "computed":
+            raise ValueError(
+                "data.difficulty.tooluse_lists: long needs tooluse_args: computed (its lists are the computed ones)"
             )
         bounds = (
             ("math_addend_max", 2, 99),

@@ -171,6 +171,69 @@ _CAPITALS: dict[str, str] = {
     "Chile": "Santiago",
     "Colombia": "Bogota",
 }
+#: ``tooluse_lists: long``: 24 more countries, none of whose capitals is in :data:`_CITIES` or tool_schema2's
+#: unseen cities (benchmarks._MORE_CITIES)
+_MORE_CAPITALS: dict[str, str] = {
+    "Netherlands": "Amsterdam",
+    "Switzerland": "Bern",
+    "Romania": "Bucharest",
+    "Bulgaria": "Sofia",
+    "Serbia": "Belgrade",
+    "Croatia": "Zagreb",
+    "Ukraine": "Kyiv",
+    "Iceland": "Reykjavik",
+    "Brazil": "Brasilia",
+    "Uruguay": "Montevideo",
+    "Morocco": "Rabat",
+    "Ghana": "Accra",
+    "Nigeria": "Abuja",
+    "Pakistan": "Islamabad",
+    "Nepal": "Kathmandu",
+    "Indonesia": "Jakarta",
+    "Lebanon": "Beirut",
+    "Jordan": "Amman",
+    "Latvia": "Riga",
+    "Estonia": "Tallinn",
+    "Sudan": "Khartoum",
+    "Uganda": "Kampala",
+    "Bangladesh": "Dhaka",
+    "Qatar": "Doha",
+}
+#: ``tooluse_lists: long``: 32 more queries, none of tool_schema2's unseen ones (benchmarks._MORE_QUERIES)
+_MORE_QUERIES = (
+    "hiking trails",
+    "wine regions",
+    "board games",
+    "photo editing",
+    "baby names",
+    "plant care",
+    "home loans",
+    "job listings",
+    "bus routes",
+    "hotel deals",
+    "salad ideas",
+    "soup recipes",
+    "fishing spots",
+    "knitting patterns",
+    "camping gear",
+    "phone plans",
+    "math puzzles",
+    "poetry books",
+    "surf reports",
+    "ferry times",
+    "flower shows",
+    "cake designs",
+    "wood carving",
+    "harbor tours",
+    "cheese shops",
+    "laptop bags",
+    "piano scales",
+    "travel visas",
+    "beach towns",
+    "cloud types",
+    "space news",
+    "card tricks",
+)
 #: currency names as a request words them -> the ISO code the tool takes
 _CURRENCY_NAMES: dict[str, str] = {
     "dollars": "USD",
@@ -184,6 +247,13 @@ _CURRENCY_NAMES: dict[str, str] = {
 }
 #: (hour on a 12-hour clock, "am" / "pm") -> the 24-hour ``hour``: 1-11 am and 1-11 pm
 _CLOCK = tuple((h, half) for half in ("am", "pm") for h in range(1, 12))
+#: ``tooluse_lists: long``: the day's half in words too: 1-11 in the morning, 1-5 in the afternoon, 6-11 in
+#: the evening (22 more clock times)
+_CLOCK_WORDS = (
+    tuple((h, "in the morning") for h in range(1, 12))
+    + tuple((h, "in the afternoon") for h in range(1, 6))
+    + tuple((h, "in the evening") for h in range(6, 12))
+)
 
 _COMPUTED_TEMPLATES: dict[str, tuple[str, ...]] = {
     "get_weather": (
@@ -214,11 +284,20 @@ _COMPUTED_TEMPLATES: dict[str, tuple[str, ...]] = {
 }
 
 
-def _computed_arg_sets(name: str) -> Iterator[tuple[dict[str, Any], dict[str, Any], str]]:
+#: ``tooluse_lists: long``: two more set-alarm wordings (9 x 44 clock times: ~75 test requests)
+_MORE_ALARM_TEMPLATES = (
+    "Can you wake me at {clock} {half}?",
+    "Make an alarm for {clock} {half}.",
+)
+
+
+def _computed_arg_sets(name: str, lists: str = "short") -> Iterator[tuple[dict[str, Any], dict[str, Any], str]]:
     """(template fields, tool arguments, the Thought's working) of every request of a tool whose
-    arguments the model must compute: look up a capital or a currency code, convert a 12-hour time."""
+    arguments the model must compute: look up a capital or a currency code, convert a 12-hour time.
+    ``lists: long`` adds :data:`_MORE_CAPITALS`, :data:`_MORE_QUERIES` and :data:`_CLOCK_WORDS`."""
+    long = lists == "long"
     if name == "get_weather":
-        for country, city in _CAPITALS.items():
+        for country, city in {**_CAPITALS, **(_MORE_CAPITALS if long else {})}.items():
             yield {"country": country}, {"city": city}, f"capital of {country} is {city}; "
     elif name == "convert_currency":
         for amount in _AMOUNTS:
@@ -229,11 +308,11 @@ def _computed_arg_sets(name: str) -> Iterator[tuple[dict[str, Any], dict[str, An
                         args = {"amount": amount, "source": src_code, "target": tgt_code}
                         yield fields, args, f"{src} {src_code}, {tgt} {tgt_code}; "
     elif name == "search_web":
-        for q in _QUERIES:
+        for q in _QUERIES + (_MORE_QUERIES if long else ()):
             yield {"query": q}, {"query": q}, ""
     elif name == "set_alarm":
-        for clock, half in _CLOCK:
-            hour = clock + (12 if half == "pm" else 0)
+        for clock, half in _CLOCK + (_CLOCK_WORDS if long else ()):
+            hour = clock + (0 if half in ("am", "in the morning") else 12)
             yield {"clock": clock, "half": half}, {"hour": hour}, f"{clock} {half} is {hour}; "
     else:  # pragma: no cover - TOOLS and this function are kept in sync
         raise AssertionError(name)
@@ -256,10 +335,13 @@ def _lower_first(request: str) -> str:
 def _cases(name: str, difficulty: Difficulty) -> list[tuple[str, dict[str, Any], dict[str, Any], str]]:
     """(template, template fields, tool arguments, the Thought's working) of every single request of a tool."""
     if difficulty.tooluse_args == "computed":
+        templates = _COMPUTED_TEMPLATES[name]
+        if difficulty.tooluse_lists == "long" and name == "set_alarm":
+            templates += _MORE_ALARM_TEMPLATES
         return [
             (template, fields, args, work)
-            for template in _COMPUTED_TEMPLATES[name]
-            for fields, args, work in _computed_arg_sets(name)
+            for template in templates
+            for fields, args, work in _computed_arg_sets(name, difficulty.tooluse_lists)
         ]
     return [(template, args, args, "") for template in _TOOL_TEMPLATES[name] for args in _tool_arg_sets(name)]
 
