@@ -232,6 +232,63 @@ def test_two_call_tooluse_keeps_half_the_warm_up_and_one_call_is_the_default():
     assert D.Difficulty.of({"tooluse_calls": 1}) == D.Difficulty()
 
 
+def test_long_tool_lists_balance_the_test_set_and_compute_every_argument():
+    """``tooluse_lists: long``: the 300-prompt test set and the 800-prompt train set hold the four tools
+    equally (``short`` gives ``convert_currency`` 191 of the 300), every new argument is computed in the
+    Thought and scores 1.0 under the tool-use reward, and none is one of tool_schema2's unseen values."""
+    from sdpocl.data.benchmarks import _MORE_CITIES
+    from sdpocl.data.benchmarks import _MORE_QUERIES as UNSEEN_QUERIES
+    from sdpocl.data.synthetic.tooluse import _CAPITALS, _MORE_CAPITALS, _MORE_QUERIES, _QUERIES
+    from sdpocl.rewards.tooluse import tooluse_reward
+
+    short = {"tooluse_args": "computed", "reasoning": "visible"}
+    long = {**short, "tooluse_lists": "long"}
+
+    def tools(records):
+        return Counter(json.loads(r["answer"])["actions"][0] for r in records)
+
+    assert tools(D.generate("tooluse", "test", 300, 1234, short))["convert_currency"] > 150
+    test = D.generate("tooluse", "test", 300, 1234, long)
+    train = D.generate("tooluse", "train", 800, 1234, long)
+    assert sorted(tools(test).values()) == [75] * 4 and sorted(tools(train).values()) == [200] * 4
+    assert not {r["prompt"] for r in test} & {r["prompt"] for r in train}
+    assert not set(_MORE_CAPITALS.values()) & set(_MORE_CITIES + tuple(_CAPITALS.values()))
+    assert not set(_MORE_QUERIES) & set(UNSEEN_QUERIES + _QUERIES) and len(set(_MORE_QUERIES)) == 32
+    capitals, halves = {**_CAPITALS, **_MORE_CAPITALS}, Counter()
+    for r in test + train:
+        request = r["prompt"].split("Request: ")[1]
+        answer = json.loads(r["answer"])
+        (tool,), args = answer["actions"], answer["input"]
+        assert tooluse_reward([r["solution"]], answer=[r["answer"]]) == [1.0]
+        work = re.fullmatch(rf" Thought: (.*)use {tool}\nAction: {tool}\nAction Input: .*", r["solution"]).group(1)
+        if tool == "get_weather":
+            country = re.search(r"capital of (\w+)", request).group(1)
+            assert args == {"city": capitals[country]} and work == f"capital of {country} is {args['city']}; "
+        elif tool == "set_alarm":
+            clock, half = re.search(r"(\d+) (am|pm|in the morning|in the afternoon|in the evening)", request).groups()
+            hour = int(clock) + (0 if half in ("am", "in the morning") else 12)
+            assert args == {"hour": hour} and work == f"{clock} {half} is {hour}; " and 1 <= hour <= 23
+            assert half != "in the afternoon" or int(clock) <= 5
+            assert half != "in the evening" or int(clock) >= 6
+            halves[half] += 1
+        elif tool == "search_web":
+            assert args["query"] in request and work == ""
+    assert set(halves) == {"am", "pm", "in the morning", "in the afternoon", "in the evening"}, halves
+    assert any(
+        r["prompt"].endswith(("Make an alarm for 7 in the evening.", "Can you wake me at 7 in the evening?"))
+        for r in D.generate("tooluse", "train", 1500, 0, long)
+    )
+
+
+def test_short_tool_lists_are_the_unset_key_and_long_changes_only_tooluse():
+    for domain in D.DOMAINS:
+        plain = D.generate(domain, "test", 100, 1234, {"tooluse_args": "computed"})
+        assert D.generate(domain, "test", 100, 1234, {"tooluse_args": "computed", "tooluse_lists": "short"}) == plain
+        long = D.generate(domain, "test", 100, 1234, {"tooluse_args": "computed", "tooluse_lists": "long"})
+        assert (long == plain) == (domain != "tooluse")
+    assert D.Difficulty.of({"tooluse_lists": "short"}) == D.Difficulty()
+
+
 def test_hard_code_reference_passes_its_tests_and_reasons_to_the_constant():
     ks = set()
     for r in D.generate("code", "train", 200, seed=4, difficulty=HARD):
@@ -285,6 +342,8 @@ def test_hard_splits_are_disjoint():
         ({"tooluse_calls": 0}, r"data\.difficulty\.tooluse_calls must be an integer in \[1, 2\], got 0"),
         ({"tooluse_calls": 3}, r"data\.difficulty\.tooluse_calls must be an integer in \[1, 2\], got 3"),
         ({"tooluse_calls": "2"}, r"data\.difficulty\.tooluse_calls must be an integer in \[1, 2\], got '2'"),
+        ({"tooluse_lists": "longer"}, r"data\.difficulty\.tooluse_lists must be one of short, long, got 'longer'"),
+        ({"tooluse_lists": "long"}, r"data\.difficulty\.tooluse_lists: long needs tooluse_args: computed"),
     ],
 )
 def test_bad_difficulty_names_the_key(bad, message):
