@@ -360,3 +360,21 @@ def test_prepare_data_cli_passes_the_difficulty(tmp_path, capsys):
     records = [json.loads(line) for line in out.read_text().splitlines()]
     assert records == D.generate("math", "train", 40, 1, {"math_addend_max": 99})
     assert records != D.generate("math", "train", 40, 1)
+
+
+def test_the_schema_knows_every_difficulty_key_and_its_choices():
+    """The config schema's ``data.difficulty`` lists every :class:`Difficulty` field, and an enum field's
+    choices are the ones the dataclass accepts: a new key cannot be validated away or left undocumented."""
+    import dataclasses
+
+    from sdpocl.config import load_schema
+    from sdpocl.data.synthetic.common import REASONING_STYLES, TOOLUSE_ARGS, TOOLUSE_LISTS
+
+    props = load_schema()["properties"]["data"]["properties"]["difficulty"]["properties"]
+    assert set(props) == {f.name for f in dataclasses.fields(D.Difficulty)}
+    assert tuple(props["reasoning"]["enum"]) == REASONING_STYLES
+    assert tuple(props["tooluse_args"]["enum"]) == TOOLUSE_ARGS
+    assert tuple(props["tooluse_lists"]["enum"]) == TOOLUSE_LISTS
+    for name, spec in props.items():
+        if "default" in spec:
+            assert spec["default"] == getattr(D.Difficulty(), name), name
