@@ -574,6 +574,7 @@ MITIGATIONS_PRESET = {
         "code_addend_max": 9,
         "tooluse_args": "copied",
         "tooluse_calls": 1,
+        "tooluse_lists": "short",
     },
     "train.steps": {"math": 50, "science": 50, "tooluse": 50, "code": 20},
     "train.max_completion_length": {"math": 40, "science": 48, "tooluse": 56, "code": 48},
