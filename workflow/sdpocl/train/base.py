@@ -18,7 +18,6 @@ from pathlib import Path
 from sdpocl.data import domains
 from sdpocl.data.benchmarks import general_examples
 from sdpocl.data.synthetic.common import _stable_int
-from sdpocl.data.synthetic.copying import copy_examples
 
 EOS = "<|endoftext|>"
 #: sdpocl.jobserver.ENV (not imported: the job server sits above the training code); torchrun's ranks run
@@ -76,11 +75,7 @@ def warmup_examples(cfg: dict, difficulty: dict | None = None) -> list[dict]:
     import random
 
     n_general = round(cfg["sft_examples"] * cfg["general_frac"])
-    n_copy = round(cfg["sft_examples"] * cfg.get("copy_frac", 0.0))
-    examples = domains.sft_mixture(
-        cfg["sft_examples"] - n_general - n_copy, cfg["seed"], cfg["reprompt_frac"], difficulty
-    )
-    examples += copy_examples(n_copy, cfg["seed"])
+    examples = domains.sft_mixture(cfg["sft_examples"] - n_general, cfg["seed"], cfg["reprompt_frac"], difficulty)
     reasoning = domains.Difficulty.of(difficulty).reasoning
     examples += [
         {"prompt": r["prompt"], "completion": r["solution"]}
