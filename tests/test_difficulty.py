@@ -11,6 +11,7 @@ import pytest
 
 from sdpocl.cli import main as cli_main
 from sdpocl.data import domains as D
+from sdpocl.data.synthetic.sampling import _universe
 
 HARD = {"math_addend_max": 99, "science_options": 6, "code_addend_max": 99}
 
@@ -238,7 +239,7 @@ def test_long_tool_lists_balance_the_test_set_and_compute_every_argument():
     Thought and scores 1.0 under the tool-use reward, and none is one of tool_schema2's unseen values."""
     from sdpocl.data.benchmarks import _MORE_CITIES
     from sdpocl.data.benchmarks import _MORE_QUERIES as UNSEEN_QUERIES
-    from sdpocl.data.synthetic.tooluse import _CAPITALS, _MORE_CAPITALS, _MORE_QUERIES, _QUERIES
+    from sdpocl.data.synthetic.tooluse import _CAPITALS, _LONG_QUERIES, _MORE_CAPITALS, _QUERIES
     from sdpocl.rewards.tooluse import tooluse_reward
 
     short = {"tooluse_args": "computed", "reasoning": "visible"}
@@ -253,7 +254,7 @@ def test_long_tool_lists_balance_the_test_set_and_compute_every_argument():
     assert sorted(tools(test).values()) == [75] * 4 and sorted(tools(train).values()) == [200] * 4
     assert not {r["prompt"] for r in test} & {r["prompt"] for r in train}
     assert not set(_MORE_CAPITALS.values()) & set(_MORE_CITIES + tuple(_CAPITALS.values()))
-    assert not set(_MORE_QUERIES) & set(UNSEEN_QUERIES + _QUERIES) and len(set(_MORE_QUERIES)) == 32
+    assert not set(_LONG_QUERIES) & set(UNSEEN_QUERIES + _QUERIES) and len(set(_LONG_QUERIES)) == 32
     capitals, halves = {**_CAPITALS, **_MORE_CAPITALS}, Counter()
     for r in test + train:
         request = r["prompt"].split("Request: ")[1]
@@ -278,6 +279,26 @@ def test_long_tool_lists_balance_the_test_set_and_compute_every_argument():
         r["prompt"].endswith(("Make an alarm for 7 in the evening.", "Can you wake me at 7 in the evening?"))
         for r in D.generate("tooluse", "train", 1500, 0, long)
     )
+
+
+def test_clock_lists_lengthen_set_alarm_only():
+    """``tooluse_lists: clock``: set_alarm's requests are ``long``'s (44 clock times, 9 wordings), the other
+    tools' are ``short``'s, so set_alarm holds 77 of the 300 test prompts instead of 27."""
+    short = {"tooluse_args": "computed", "reasoning": "visible"}
+
+    def by_tool(lists, split):
+        out = {}
+        for _, rec in _universe("tooluse", split, D.Difficulty.of({**short, "tooluse_lists": lists})):
+            out.setdefault(json.loads(rec["answer"])["actions"][0], []).append(rec)
+        return out
+
+    for split in D.SPLITS:
+        clock, s, long = by_tool("clock", split), by_tool("short", split), by_tool("long", split)
+        assert clock["set_alarm"] == long["set_alarm"] and len(clock["set_alarm"]) > len(s["set_alarm"])
+        assert all(clock[tool] == s[tool] for tool in ("get_weather", "search_web", "convert_currency"))
+    test = D.generate("tooluse", "test", 300, 1234, {**short, "tooluse_lists": "clock"})
+    alarms = sum(json.loads(r["answer"])["actions"] == ["set_alarm"] for r in test)
+    assert alarms == 77, alarms
 
 
 def test_short_tool_lists_are_the_unset_key_and_long_changes_only_tooluse():
@@ -342,8 +363,12 @@ def test_hard_splits_are_disjoint():
         ({"tooluse_calls": 0}, r"data\.difficulty\.tooluse_calls must be an integer in \[1, 2\], got 0"),
         ({"tooluse_calls": 3}, r"data\.difficulty\.tooluse_calls must be an integer in \[1, 2\], got 3"),
         ({"tooluse_calls": "2"}, r"data\.difficulty\.tooluse_calls must be an integer in \[1, 2\], got '2'"),
-        ({"tooluse_lists": "longer"}, r"data\.difficulty\.tooluse_lists must be one of short, long, got 'longer'"),
+        (
+            {"tooluse_lists": "longer"},
+            r"data\.difficulty\.tooluse_lists must be one of short, clock, long, got 'longer'",
+        ),
         ({"tooluse_lists": "long"}, r"data\.difficulty\.tooluse_lists: long needs tooluse_args: computed"),
+        ({"tooluse_lists": "clock"}, r"data\.difficulty\.tooluse_lists: clock needs tooluse_args: computed"),
     ],
 )
 def test_bad_difficulty_names_the_key(bad, message):

@@ -126,3 +126,21 @@ def test_cli_writes_the_report(tiny_standin, tmp_path, capsys):
     assert report["data"] == str(data)
     printed = capsys.readouterr().out
     assert json.loads(printed[printed.index("{") :]) == {k: v for k, v in report.items()}
+
+
+def test_teacher_by_group_bench_runs_on_a_model(tiny_standin):
+    """bench/teacher_by_group.py (the per-tool teacher and the random-string copy of docs/tiny-preset.md
+    row 53) runs end to end on a model folder and reports accuracies in [0, 1]."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    model, _ = tiny_standin
+    bench = Path(__file__).parents[1] / "bench" / "teacher_by_group.py"
+    args = ["--model", str(model), "--domain", "math", "--prompts", "3", "--samples", "2", "--max-new-tokens", "6"]
+    out = subprocess.run([sys.executable, str(bench), *args, "--copy", "3"], capture_output=True, text=True, check=True)
+    report = json.loads(out.stdout.strip().splitlines()[-1])
+    assert set(report["groups"]) == {"math", "all"} and report["groups"]["all"]["prompts"] == 3
+    for group in report["groups"].values():
+        assert 0.0 <= group["student"] <= 1.0 and 0.0 <= group["teacher"] <= 1.0
+    assert 0.0 <= report["copy_exact"] <= 1.0

@@ -63,7 +63,7 @@ def _record(prompt: str, answer: str, domain: str, solution: str, tests: Sequenc
 _THINK_SOLUTION = re.compile(r"^ <think>(.*?)</think> (.*)$", flags=re.DOTALL)
 REASONING_STYLES = ("think", "visible")
 TOOLUSE_ARGS = ("copied", "computed")
-TOOLUSE_LISTS = ("short", "long")
+TOOLUSE_LISTS = ("short", "clock", "long")
 
 
 def render_reasoning(solution: str, style: str = "think") -> str:
@@ -140,9 +140,10 @@ class Difficulty:
             raise ValueError(
                 f"data.difficulty.tooluse_lists must be one of {', '.join(TOOLUSE_LISTS)}, got {self.tooluse_lists!r}"
             )
-        if self.tooluse_lists == "long" and self.tooluse_args != "computed":
+        if self.tooluse_lists != "short" and self.tooluse_args != "computed":
             raise ValueError(
-                "data.difficulty.tooluse_lists: long needs tooluse_args: computed (its lists are the computed ones)"
+                f"data.difficulty.tooluse_lists: {self.tooluse_lists} needs tooluse_args: computed"
+                " (its lists are the computed ones)"
             )
         bounds = (
             ("math_addend_max", 2, 99),

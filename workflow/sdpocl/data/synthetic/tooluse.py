@@ -200,7 +200,7 @@ _MORE_CAPITALS: dict[str, str] = {
     "Qatar": "Doha",
 }
 #: ``tooluse_lists: long``: 32 more queries, none of tool_schema2's unseen ones (benchmarks._MORE_QUERIES)
-_MORE_QUERIES = (
+_LONG_QUERIES = (
     "hiking trails",
     "wine regions",
     "board games",
@@ -247,8 +247,8 @@ _CURRENCY_NAMES: dict[str, str] = {
 }
 #: (hour on a 12-hour clock, "am" / "pm") -> the 24-hour ``hour``: 1-11 am and 1-11 pm
 _CLOCK = tuple((h, half) for half in ("am", "pm") for h in range(1, 12))
-#: ``tooluse_lists: long``: the day's half in words too: 1-11 in the morning, 1-5 in the afternoon, 6-11 in
-#: the evening (22 more clock times)
+#: ``tooluse_lists: long`` and ``clock``: the day's half in words too: 1-11 in the morning, 1-5 in the
+#: afternoon, 6-11 in the evening (22 more clock times)
 _CLOCK_WORDS = (
     tuple((h, "in the morning") for h in range(1, 12))
     + tuple((h, "in the afternoon") for h in range(1, 6))
@@ -284,7 +284,7 @@ _COMPUTED_TEMPLATES: dict[str, tuple[str, ...]] = {
 }
 
 
-#: ``tooluse_lists: long``: two more set-alarm wordings (9 x 44 clock times: ~75 test requests)
+#: ``tooluse_lists: long`` and ``clock``: two more set-alarm wordings (9 x 44 clock times: ~75 test requests)
 _MORE_ALARM_TEMPLATES = (
     "Can you wake me at {clock} {half}?",
     "Make an alarm for {clock} {half}.",
@@ -294,8 +294,11 @@ _MORE_ALARM_TEMPLATES = (
 def _computed_arg_sets(name: str, lists: str = "short") -> Iterator[tuple[dict[str, Any], dict[str, Any], str]]:
     """(template fields, tool arguments, the Thought's working) of every request of a tool whose
     arguments the model must compute: look up a capital or a currency code, convert a 12-hour time.
-    ``lists: long`` adds :data:`_MORE_CAPITALS`, :data:`_MORE_QUERIES` and :data:`_CLOCK_WORDS`."""
+    ``lists: long`` adds :data:`_MORE_CAPITALS`, :data:`_LONG_QUERIES` and :data:`_CLOCK_WORDS`; ``lists: clock``
+    adds :data:`_CLOCK_WORDS` only (set_alarm's hours are digits, which a re-prompted teacher reads from a
+    demonstration; the tiny base does not copy a new query or capital: docs/tiny-preset.md row 53)."""
     long = lists == "long"
+    clock_words = lists in ("long", "clock")
     if name == "get_weather":
         for country, city in {**_CAPITALS, **(_MORE_CAPITALS if long else {})}.items():
             yield {"country": country}, {"city": city}, f"capital of {country} is {city}; "
@@ -308,10 +311,10 @@ def _computed_arg_sets(name: str, lists: str = "short") -> Iterator[tuple[dict[s
                         args = {"amount": amount, "source": src_code, "target": tgt_code}
                         yield fields, args, f"{src} {src_code}, {tgt} {tgt_code}; "
     elif name == "search_web":
-        for q in _QUERIES + (_MORE_QUERIES if long else ()):
+        for q in _QUERIES + (_LONG_QUERIES if long else ()):
             yield {"query": q}, {"query": q}, ""
     elif name == "set_alarm":
-        for clock, half in _CLOCK + (_CLOCK_WORDS if long else ()):
+        for clock, half in _CLOCK + (_CLOCK_WORDS if clock_words else ()):
             hour = clock + (0 if half in ("am", "in the morning") else 12)
             yield {"clock": clock, "half": half}, {"hour": hour}, f"{clock} {half} is {hour}; "
     else:  # pragma: no cover - TOOLS and this function are kept in sync
@@ -336,7 +339,7 @@ def _cases(name: str, difficulty: Difficulty) -> list[tuple[str, dict[str, Any],
     """(template, template fields, tool arguments, the Thought's working) of every single request of a tool."""
     if difficulty.tooluse_args == "computed":
         templates = _COMPUTED_TEMPLATES[name]
-        if difficulty.tooluse_lists == "long" and name == "set_alarm":
+        if difficulty.tooluse_lists in ("long", "clock") and name == "set_alarm":
             templates += _MORE_ALARM_TEMPLATES
         return [
             (template, fields, args, work)
