@@ -291,6 +291,10 @@ _MORE_ALARM_TEMPLATES = (
 )
 
 
+#: the ``tooluse_lists`` values that give set_alarm :data:`_CLOCK_WORDS` and :data:`_MORE_ALARM_TEMPLATES`
+_LONG_ALARM_LISTS = ("long", "clock")
+
+
 def _computed_arg_sets(name: str, lists: str = "short") -> Iterator[tuple[dict[str, Any], dict[str, Any], str]]:
     """(template fields, tool arguments, the Thought's working) of every request of a tool whose
     arguments the model must compute: look up a capital or a currency code, convert a 12-hour time.
@@ -298,7 +302,7 @@ def _computed_arg_sets(name: str, lists: str = "short") -> Iterator[tuple[dict[s
     adds :data:`_CLOCK_WORDS` only (set_alarm's hours are digits, which a re-prompted teacher reads from a
     demonstration; the tiny base does not copy a new query or capital: docs/tiny-preset.md row 53)."""
     long = lists == "long"
-    clock_words = lists in ("long", "clock")
+    clock_words = lists in _LONG_ALARM_LISTS
     if name == "get_weather":
         for country, city in {**_CAPITALS, **(_MORE_CAPITALS if long else {})}.items():
             yield {"country": country}, {"city": city}, f"capital of {country} is {city}; "
@@ -339,7 +343,7 @@ def _cases(name: str, difficulty: Difficulty) -> list[tuple[str, dict[str, Any],
     """(template, template fields, tool arguments, the Thought's working) of every single request of a tool."""
     if difficulty.tooluse_args == "computed":
         templates = _COMPUTED_TEMPLATES[name]
-        if difficulty.tooluse_lists in ("long", "clock") and name == "set_alarm":
+        if difficulty.tooluse_lists in _LONG_ALARM_LISTS and name == "set_alarm":
             templates += _MORE_ALARM_TEMPLATES
         return [
             (template, fields, args, work)
