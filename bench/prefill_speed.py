@@ -32,12 +32,18 @@ from sdpocl.prefill import share_generation_prefill
 from sdpocl.prompts import plain_text
 
 
-def generation_cpu_s(model_dir: Path, prompts: list[str], samples: int, new_tokens: int, repeats: int) -> dict:
+def generation_cpu_s(
+    model_dir: Path, prompts: list[str], samples: int, new_tokens: int, repeats: int, models: dict | None = None
+) -> dict:
+    """CPU seconds of one rollout batch's ``generate``, the fastest repeat, per way of generating: ``models``
+    maps a name to what is done to a freshly loaded model (default: nothing, and the shared prefill)."""
     tok = AutoTokenizer.from_pretrained(model_dir)
     tok.padding_side = "left"
-    models = {"plain": AutoModelForCausalLM.from_pretrained(model_dir).eval()}
-    models["shared"] = AutoModelForCausalLM.from_pretrained(model_dir).eval()
-    share_generation_prefill(models["shared"])
+    setups = models or {"plain": lambda model: None, "shared": share_generation_prefill}
+    models = {}
+    for name, setup in setups.items():
+        models[name] = AutoModelForCausalLM.from_pretrained(model_dir).eval()
+        setup(models[name])
     batch = tok(
         [p for p in prompts for _ in range(samples)], return_tensors="pt", padding=True, add_special_tokens=False
     )
@@ -58,7 +64,7 @@ def generation_cpu_s(model_dir: Path, prompts: list[str], samples: int, new_toke
             best[name] = min(best.get(name, float("inf")), time.process_time() - t0)
             tokens.add(hash(out.numpy().tobytes()))
     if len(tokens) != 1:
-        raise SystemExit("the plain and the shared prefill sampled different tokens from the same seed")
+        raise SystemExit(f"{' and '.join(models)} sampled different tokens from the same seed")
     return best
 
 

@@ -4,8 +4,10 @@ A rollout batch holds each prompt ``num_generations`` times and an lm-eval batch
 times, and ``generate``'s first forward (the prefill) runs every copy: on the tiny preset about as many
 positions as the decoding that follows (docs/tiny-preset.md, row 42). :func:`share_generation_prefill`
 makes a model's ``generate`` compute the key/value cache of each distinct prompt once, index it out to
-the rows, and sample from there: the same tokens from the same seed (tests/test_prefix.py). The trainers'
-forwards share prompts the same way (:mod:`sdpocl.train.prefix`). Here, not under ``train``: evaluation,
+the rows, and sample from there: the same tokens from the same seed (tests/test_prefill.py). The trainers'
+forwards share prompts the same way (:mod:`sdpocl.train.prefix`). The cache it generates on is a
+:class:`~sdpocl.kv_cache.GrowingCache` (new tokens written into spare room, not concatenated: the same
+tokens again), whether or not the batch had prompts to share. Here, not under ``train``: evaluation,
 training and the teacher check all generate.
 """
 
@@ -15,6 +17,8 @@ import functools
 
 import torch
 from torch import nn
+
+from sdpocl.kv_cache import GrowingCache
 
 
 def distinct_prefixes(input_ids: torch.Tensor, attention_mask: torch.Tensor, width: int):
@@ -34,12 +38,12 @@ def dropout_free(model: nn.Module) -> bool:
     return not any(isinstance(m, nn.Dropout) and m.p > 0 for m in model.modules())
 
 
-def prefilled_cache(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor):
+def prefilled_cache(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor, grow: bool = True):
     """The key/value cache a prefill over all columns but the last would leave, each distinct row computed
     once (positions from the attention mask, as ``generate`` counts them); None when no two rows share
     those columns. ``generate`` then runs only the last prompt column on it: the prefill's own logits
     are never read, so the cache comes from the decoder alone (``model.base_model``) and hooks on the
-    model see the forwards ``generate`` makes."""
+    model see the forwards ``generate`` makes. ``grow``: a :class:`GrowingCache` (else transformers' own)."""
     width = input_ids.size(1) - 1
     if width <= 0:
         return None
@@ -48,13 +52,19 @@ def prefilled_cache(model: nn.Module, input_ids: torch.Tensor, attention_mask: t
         return None
     positions = (mask.long().cumsum(-1) - 1).masked_fill(mask == 0, 0)
     with torch.no_grad():
-        out = model.base_model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True)
+        out = model.base_model(
+            input_ids=ids,
+            attention_mask=mask,
+            position_ids=positions,
+            use_cache=True,
+            past_key_values=GrowingCache() if grow else None,
+        )
     cache = out.past_key_values
     cache.reorder_cache(inverse)
     return cache
 
 
-def _shared_prefill_generate(model: nn.Module, generate, *args, **kwargs):
+def _shared_prefill_generate(model: nn.Module, generate, grow: bool, *args, **kwargs):
     if len(args) == 1 and torch.is_tensor(args[0]) and "input_ids" not in kwargs:
         (kwargs["input_ids"],), args = args, ()  # generate(ids, ...): the prompt ids
     input_ids, mask = kwargs.get("input_ids"), kwargs.get("attention_mask")
@@ -68,23 +78,26 @@ def _shared_prefill_generate(model: nn.Module, generate, *args, **kwargs):
         or max(kwargs.get("num_return_sequences") or 1, config.num_return_sequences or 1) > 1
         or max(kwargs.get("num_beams") or 1, config.num_beams or 1) > 1
     )
-    cache = None if plain else prefilled_cache(model, input_ids, mask)
-    if cache is None:
+    if plain:
         return generate(*args, **kwargs)
+    cache = prefilled_cache(model, input_ids, mask, grow)
+    if cache is None and grow:
+        cache = GrowingCache()  # nothing to share: generate fills it from the first column
     return generate(**kwargs, past_key_values=cache)
 
 
-def share_generation_prefill(model: nn.Module) -> bool:
+def share_generation_prefill(model: nn.Module, grow_cache: bool = True) -> bool:
     """Make ``model.generate`` prefill each distinct prompt row once (an instance attribute; see the module
     docstring); False, and nothing changed, where that would not be exact: a sharded (FSDP) model, whose
     decoder cannot run outside the root module's forward, or dropout, whose prefill would draw other random
     numbers. ``generate`` keeps its own path for beams, several sequences per row, an explicit cache or
-    embeddings (``generate`` runs without gradients either way)."""
+    embeddings (``generate`` runs without gradients either way). ``grow_cache``: generate on a
+    :class:`GrowingCache` (the default; False keeps transformers' cache, for the bench)."""
     if "generate" in model.__dict__ or not hasattr(model, "base_model") or not dropout_free(model):
         return False
     if _sharded(model):
         return False
-    model.generate = functools.partial(_shared_prefill_generate, model, model.generate)
+    model.generate = functools.partial(_shared_prefill_generate, model, model.generate, grow_cache)
     return True
 
 
