@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import torch
 from test_prefill import prompts, tiny_model
-from transformers import Qwen3ForCausalLM
-from transformers.cache_utils import DynamicLayer
+from transformers import Qwen3Config, Qwen3ForCausalLM
+from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
 
 from sdpocl import kv_cache
 from sdpocl.kv_cache import GrowingCache, GrowingLayer
@@ -89,3 +89,19 @@ def test_the_shared_prefill_generates_on_it(monkeypatch):
             caches.clear()
             sample(model, *prompts(samples=samples))
             assert caches and all((c is GrowingCache) == grow for c in caches)
+
+
+def test_a_sliding_window_layer_keeps_transformers_class_and_generate_its_tokens():
+    torch.manual_seed(0)
+    config = Qwen3Config(
+        vocab_size=97, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=8, max_position_embeddings=128, eos_token_id=5, pad_token_id=0,
+        use_sliding_window=True, sliding_window=6, layer_types=["sliding_attention", "full_attention"],
+    )  # fmt: skip
+    model = Qwen3ForCausalLM(config).eval()
+    cache = GrowingCache(model.config)
+    assert [type(layer) for layer in cache.layers] == [DynamicSlidingWindowLayer, GrowingLayer]
+    ids, mask = prompts()
+    want = sample(model, ids, mask, 12)
+    got = sample(model, ids, mask, 12, past_key_values=cache)
+    assert torch.equal(got.sequences, want.sequences)

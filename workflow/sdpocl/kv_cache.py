@@ -13,7 +13,7 @@ forwards run without gradients (an in-place write would invalidate a view saved 
 from __future__ import annotations
 
 import torch
-from transformers.cache_utils import Cache, DynamicCache, DynamicLayer
+from transformers.cache_utils import DynamicCache, DynamicLayer
 
 SPARE = 64  # tokens of room a buffer is made with: a rollout's or an evaluation's whole completion
 
@@ -54,7 +54,14 @@ class GrowingLayer(DynamicLayer):
 
 
 class GrowingCache(DynamicCache):
-    """A ``DynamicCache`` of :class:`GrowingLayer` (one per decoder layer, made as the layers first write)."""
+    """A ``DynamicCache`` whose full-attention layers are :class:`GrowingLayer`.
 
-    def __init__(self) -> None:
-        Cache.__init__(self, layer_class_to_replicate=GrowingLayer)
+    With ``config`` the layers are the model's (``DynamicCache(config=...)``): a sliding-window or other
+    special layer keeps transformers' class, only plain ``DynamicLayer`` s grow in place. Without one, every
+    layer is a ``GrowingLayer``, made as the decoder layers first write (what ``DynamicCache()`` does)."""
+
+    def __init__(self, config=None) -> None:
+        super().__init__(config=config)
+        if self.layer_class_to_replicate is DynamicLayer:
+            self.layer_class_to_replicate = GrowingLayer
+        self.layers = [GrowingLayer() if type(layer) is DynamicLayer else layer for layer in self.layers]

@@ -57,7 +57,7 @@ def prefilled_cache(model: nn.Module, input_ids: torch.Tensor, attention_mask: t
             attention_mask=mask,
             position_ids=positions,
             use_cache=True,
-            past_key_values=GrowingCache() if grow else None,
+            past_key_values=GrowingCache(model.config) if grow else None,
         )
     cache = out.past_key_values
     cache.reorder_cache(inverse)
@@ -82,7 +82,7 @@ def _shared_prefill_generate(model: nn.Module, generate, grow: bool, *args, **kw
         return generate(*args, **kwargs)
     cache = prefilled_cache(model, input_ids, mask, grow)
     if cache is None and grow:
-        cache = GrowingCache()  # nothing to share: generate fills it from the first column
+        cache = GrowingCache(model.config)  # nothing to share: generate fills it from the first column
     return generate(**kwargs, past_key_values=cache)
 
 
