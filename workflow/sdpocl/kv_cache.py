@@ -1,13 +1,15 @@
 """A key/value cache that writes each new token into spare room instead of concatenating.
 
 transformers' ``DynamicCache`` appends a generated token by ``torch.cat`` of the whole cache with it, in
-every layer at every token: a copy of all the keys and values so far. On the tiny preset that copy was
-a sixth of a rollout batch's generation (128 rows, 60-150 prompt tokens, 64 new). :class:`GrowingCache`
-keeps each layer's keys and values in a buffer with room for more tokens (``spare``, or a quarter of the
-length if more) and writes a new token in place; what attention reads is a view of the filled part,
-the same values in the same order, so the same logits and the same sampled tokens
-(tests/test_kv_cache.py; ``python bench/kv_cache_speed.py`` prints the ratio). Generation only: the
-forwards run without gradients (an in-place write would invalidate a view saved for backward).
+every layer at every token: a copy of all the keys and values so far. On the tiny preset those copies
+were up to a sixth of a rollout batch's generation (128 rows, 60-150 prompt tokens, 64 new).
+:class:`GrowingCache` keeps each layer's keys and values in a buffer with room for more tokens (``SPARE``,
+or a quarter of the length if more) and writes a new token in place; what attention reads is a view of
+the filled part: the same values in the same order. On a CPU torch's attention kernel reads the view as
+it read the copy, so the logits and the sampled tokens are the same (tests/test_kv_cache.py; the default
+preset's checkpoints and scores to the byte, docs/tiny-preset.md row 56; ``python bench/kv_cache_speed.py``
+prints the speed ratio). Generation only: its forwards run without gradients (an in-place write would
+invalidate a view saved for backward).
 """
 
 from __future__ import annotations
