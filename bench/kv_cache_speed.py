@@ -26,13 +26,12 @@ from unittest import mock
 
 import torch
 from base_evaluation import timed_base_evaluation
-from prefill_speed import generation_cpu_s
+from prefill_speed import generation_by_domain
 
 import sdpocl.prefill as prefill
 from sdpocl.config import load_config, run_by_name, stage_settings
 from sdpocl.cpu_attention import use_workflow_attention
 from sdpocl.io import read_jsonl
-from sdpocl.prompts import plain_text
 from sdpocl.train.stage import train_stage
 
 MODES = ("dynamic", "growing")
@@ -105,26 +104,11 @@ def main() -> None:
     use_workflow_attention()
     config = load_config(a.config)
     results = Path(a.results or config["results"])
-    train = config["train"]
-    report: dict = {"generation": {}}
-    for domain in a.domains.split(","):
-        rows = read_jsonl(results / "data" / domain / "train.jsonl")[: train["prompts_per_step"]]
-        new_tokens = train["max_completion_length"][domain]
-        gen = generation_cpu_s(
-            results / "base" / "model",
-            [plain_text(r) for r in rows],
-            train["num_generations"],
-            new_tokens,
-            a.repeats,
-            models={mode: sharing(mode) for mode in MODES},
+    report: dict = {
+        "generation": generation_by_domain(
+            results, config["train"], a.domains.split(","), a.repeats, models={mode: sharing(mode) for mode in MODES}
         )
-        report["generation"][domain] = {
-            "rows": len(rows) * train["num_generations"],
-            "max_new_tokens": new_tokens,
-            "cpu_seconds": {k: round(v, 3) for k, v in gen.items()},
-            "ratio_growing_over_dynamic": ratio(gen),
-        }
-        print(f"[bench] {domain}: {report['generation'][domain]}", flush=True)
+    }
     if a.steps:
         domain = a.domains.split(",")[0]
         report["train_step"] = {}

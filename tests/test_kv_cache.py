@@ -6,7 +6,7 @@ of evaluation, rollouts and the teacher check runs on it."""
 from __future__ import annotations
 
 import torch
-from test_prefill import prompts, tiny_model
+from test_prefill import prompts, sample, tiny_model
 from transformers import Qwen3Config, Qwen3ForCausalLM
 from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
 
@@ -47,27 +47,17 @@ def test_a_layer_holds_what_a_dynamic_layer_holds_through_every_operation():
     assert grown.get_seq_length() == plain.get_seq_length() == 9 + kv_cache.SPARE + 5 + 1 - 3 + 2 + 1 + 1
 
 
-def sample(model, ids, mask, new_tokens=16, **kw):
-    torch.manual_seed(0)
-    return model.generate(
-        input_ids=ids,
-        attention_mask=mask,
-        do_sample=True,
-        top_k=0,
-        max_new_tokens=new_tokens,
-        min_new_tokens=new_tokens,
-        output_scores=True,
-        return_dict_in_generate=True,
-        **kw,
-    )
+def fixed_length(model, ids, mask, new_tokens, **kw):
+    """:func:`test_prefill.sample` of exactly ``new_tokens`` tokens (no row stops early)."""
+    return sample(model, ids, mask, max_new_tokens=new_tokens, min_new_tokens=new_tokens, **kw)
 
 
 def test_generate_samples_the_same_tokens_on_it_through_a_regrowth():
     model = tiny_model()
     ids, mask = prompts()
     new = kv_cache.SPARE + 20  # past the first buffer's room
-    want = sample(model, ids, mask, new)
-    got = sample(model, ids, mask, new, past_key_values=GrowingCache())
+    want = fixed_length(model, ids, mask, new)
+    got = fixed_length(model, ids, mask, new, past_key_values=GrowingCache())
     assert got.sequences.size(1) == ids.size(1) + new
     assert torch.equal(got.sequences, want.sequences)
     assert all(torch.equal(a, b) for a, b in zip(got.scores, want.scores))
@@ -102,6 +92,6 @@ def test_a_sliding_window_layer_keeps_transformers_class_and_generate_its_tokens
     cache = GrowingCache(model.config)
     assert [type(layer) for layer in cache.layers] == [DynamicSlidingWindowLayer, GrowingLayer]
     ids, mask = prompts()
-    want = sample(model, ids, mask, 12)
-    got = sample(model, ids, mask, 12, past_key_values=cache)
+    want = fixed_length(model, ids, mask, 12)
+    got = fixed_length(model, ids, mask, 12, past_key_values=cache)
     assert torch.equal(got.sequences, want.sequences)

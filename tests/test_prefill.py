@@ -36,13 +36,14 @@ def prompts(groups=3, samples=4, width=9, seed=1):
 
 
 def sample(model, ids, mask, **kw):
+    """``generate`` from seed 0, 16 new tokens unless ``kw`` says otherwise, with the scores."""
     torch.manual_seed(0)
+    kw = {"max_new_tokens": 16, **kw}
     return model.generate(
         input_ids=ids,
         attention_mask=mask,
         do_sample=True,
         top_k=0,
-        max_new_tokens=16,
         output_scores=True,
         return_dict_in_generate=True,
         **kw,
