@@ -281,6 +281,22 @@ def test_kv_cache_speed_bench_times_both_caches(smoke_results):
     assert set(report["evaluation"]["wall_seconds"]) == modes and report["evaluation"]["ratio_growing_over_dynamic"] > 0
 
 
+def test_eval_speed_bench_times_each_batch_size_and_sampler(smoke_results):
+    """bench/eval_speed.py on the smoke run: one whole evaluation of the base per batch size and sampler
+    (transformers' and the evaluation's own), each with its time, its ratio and its scores."""
+    scores = json.loads((smoke_results / "base" / "eval" / "seed-0" / "scores.json").read_text())
+    report = _bench_report(
+        "eval_speed.py",
+        *["--results", str(smoke_results), "--batch-sizes", "4,16", "--repeats", "1"],
+        *["--eval-settings", json.dumps(scores["meta"]["settings"])],
+    )
+    ways = {f"batch {b}, {s}" for b in (4, 16) for s in ("hf", "top_k")}
+    assert report["first"] == "batch 4, hf" and set(report["evaluation"]) == ways
+    for row in report["evaluation"].values():
+        assert row["wall_seconds"] > 0 and set(row["acc"]) == set(scores["benchmarks"])
+        assert all(0.0 <= a <= 1.0 for a in row["acc"].values())
+
+
 def test_compile_speed_bench_times_both(smoke_results):
     """bench/compile_speed.py on the smoke run's base: a forward and backward, and a generation on a key/value
     cache, eager and under torch.compile, each timed in its own process and computing the same numbers."""

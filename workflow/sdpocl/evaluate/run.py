@@ -88,6 +88,7 @@ def make_lm(
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from sdpocl.cpu_attention import use_workflow_attention
+    from sdpocl.evaluate.sampling import sample_over_top_k
     from sdpocl.prefill import share_generation_prefill
 
     use_workflow_attention()
@@ -95,6 +96,7 @@ def make_lm(
     dtype = torch.bfloat16 if cuda else torch.float32
     hf_model = AutoModelForCausalLM.from_pretrained(model, dtype=dtype).to("cuda" if cuda else "cpu")
     share_generation_prefill(hf_model)  # each prompt's `samples` copies share one prefill: the same tokens
+    sample_over_top_k(hf_model)  # transformers' sampling distribution, drawn from the top-k tokens only
     tok = AutoTokenizer.from_pretrained(model)
     return HFLM(
         chat_template_args=dict(template_kwargs or {}),
