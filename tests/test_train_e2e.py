@@ -283,18 +283,23 @@ def test_kv_cache_speed_bench_times_both_caches(smoke_results):
 
 def test_eval_speed_bench_times_each_batch_size_and_sampler(smoke_results):
     """bench/eval_speed.py on the smoke run: one whole evaluation of the base per batch size and sampler
-    (transformers' and the evaluation's own), each with its time, its ratio and its scores."""
+    (transformers' and the evaluation's own), each with its time, its ratio and its scores; with a trained
+    model, each way's share of responses identical to the base's and the paired stderr of its change."""
     scores = json.loads((smoke_results / "base" / "eval" / "seed-0" / "scores.json").read_text())
     report = _bench_report(
         "eval_speed.py",
         *["--results", str(smoke_results), "--batch-sizes", "4,16", "--repeats", "1"],
         *["--eval-settings", json.dumps(scores["meta"]["settings"])],
+        *["--paired-model", str(smoke_results / "runs" / "grpo_s0" / "math" / "model"), "--paired-benchmarks", "math"],
     )
     ways = {f"batch {b}, {s}" for b in (4, 16) for s in ("hf", "top_k")}
     assert report["first"] == "batch 4, hf" and set(report["evaluation"]) == ways
     for row in report["evaluation"].values():
         assert row["wall_seconds"] > 0 and set(row["acc"]) == set(scores["benchmarks"])
         assert all(0.0 <= a <= 1.0 for a in row["acc"].values())
+    assert set(report["paired"]) == ways
+    for row in report["paired"].values():
+        assert 0.0 <= row["math"]["identical_responses"] <= 1.0 and row["math"]["paired_stderr"] >= 0
 
 
 def test_compile_speed_bench_times_both(smoke_results):
