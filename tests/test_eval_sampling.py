@@ -120,6 +120,9 @@ def test_it_stacks_on_the_shared_prefill_and_keeps_other_warpers_to_transformers
     torch.manual_seed(0)
     plain = other.generate(input_ids=ids, attention_mask=mask, do_sample=True, min_p=0.1, max_new_tokens=8)
     assert torch.equal(with_min_p, plain), "min_p is transformers' to apply: the plain sampling path"
+    torch.manual_seed(0)
+    two = model.generate(input_ids=ids, attention_mask=mask, do_sample=True, num_return_sequences=2, max_new_tokens=4)
+    assert two.size(0) == 2 * ids.size(0), "several sequences a row: transformers' own sampling"
 
 
 def test_sampling_needs_a_positive_temperature():

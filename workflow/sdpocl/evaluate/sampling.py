@@ -85,11 +85,13 @@ def _setting(model: nn.Module, kwargs: dict, name: str):
 
 
 def _sampling_generate(model: nn.Module, generate, *args, **kwargs):
-    settings = {name: _setting(model, kwargs, name) for name in ("do_sample", "num_beams", *_OTHER_WARPERS)}
+    names = ("do_sample", "num_beams", "num_return_sequences", *_OTHER_WARPERS)
+    settings = {name: _setting(model, kwargs, name) for name in names}
     if (
         "generation_config" in kwargs
         or not settings["do_sample"]
         or (settings["num_beams"] or 1) > 1
+        or (settings["num_return_sequences"] or 1) > 1  # greedy decoding returns one sequence a row
         or any(settings[name] not in (None, off) for name, off in _OTHER_WARPERS.items())
     ):
         return generate(*args, **kwargs)
