@@ -36,10 +36,15 @@ from sdpocl.cpu_attention import use_workflow_attention
 SAMPLERS = ("hf", "top_k")
 
 
+def with_sampler(sampler: str):
+    """The evaluation's own sampler (``top_k``, what it runs with) or transformers' (``hf``: not installed)."""
+    keep = sampler == "top_k"
+    return mock.patch.object(sampling, "sample_over_top_k", sampling.sample_over_top_k if keep else lambda model: None)
+
+
 def timed(results: Path, settings: dict, batch_size: int, sampler: str) -> tuple[float, dict]:
     """(wall seconds, accuracy per benchmark) of one evaluation of the base."""
-    keep = sampler == "top_k"
-    with mock.patch.object(sampling, "sample_over_top_k", sampling.sample_over_top_k if keep else lambda model: None):
+    with with_sampler(sampler):
         seconds, doc = timed_base_evaluation(results, json.dumps({**settings, "batch_size": batch_size}))
     return seconds, {b: round(s["acc"], 4) for b, s in doc["benchmarks"].items()}
 
@@ -60,12 +65,8 @@ def samples(model: Path, results: Path, settings: dict, benchmarks: list[str], t
 
 def paired(results: Path, other: Path, settings: dict, batch_size: int, sampler: str, benchmarks: list[str]) -> dict:
     """Per benchmark: identical responses of the base and ``other`` (share), and the paired change and stderr."""
-    keep = sampler == "top_k"
     settings = {**settings, "batch_size": batch_size}
-    with (
-        mock.patch.object(sampling, "sample_over_top_k", sampling.sample_over_top_k if keep else lambda model: None),
-        tempfile.TemporaryDirectory() as tmp,
-    ):
+    with with_sampler(sampler), tempfile.TemporaryDirectory() as tmp:
         before = samples(results / "base" / "model", results, settings, benchmarks, Path(tmp))
         after = samples(other, results, settings, benchmarks, Path(tmp))
     report = {}
