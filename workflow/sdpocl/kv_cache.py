@@ -45,6 +45,17 @@ class GrowingLayer(DynamicLayer):
         self.values = self._values_buffer[:, :, :end]
         return self.keys, self.values
 
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        """Keep the rows ``indices`` (:mod:`sdpocl.finished_rows`): one copy of the buffers' rows, spare room
+        included."""
+        own = self._keys_view is not None and self.keys is self._keys_view
+        if not own:
+            return super().batch_select_indices(indices)
+        filled = self.keys.shape[-2]
+        self._keys_buffer, self._values_buffer = self._keys_buffer[indices], self._values_buffer[indices]
+        self.keys = self._keys_view = self._keys_buffer[:, :, :filled]
+        self.values = self._values_buffer[:, :, :filled]
+
     def _grow(self, capacity: int, filled: int, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
         batch, heads = key_states.shape[:2]
         keys = key_states.new_empty(batch, heads, capacity, key_states.shape[-1])

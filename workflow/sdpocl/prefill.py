@@ -18,6 +18,7 @@ import functools
 import torch
 from torch import nn
 
+from sdpocl.finished_rows import generate_dropping_ended_rows
 from sdpocl.kv_cache import GrowingCache
 
 
@@ -64,7 +65,7 @@ def prefilled_cache(model: nn.Module, input_ids: torch.Tensor, attention_mask: t
     return cache
 
 
-def _shared_prefill_generate(model: nn.Module, generate, grow: bool, *args, **kwargs):
+def _shared_prefill_generate(model: nn.Module, generate, grow: bool, drop_ended: bool, *args, **kwargs):
     if len(args) == 1 and torch.is_tensor(args[0]) and "input_ids" not in kwargs:
         (kwargs["input_ids"],), args = args, ()  # generate(ids, ...): the prompt ids
     input_ids, mask = kwargs.get("input_ids"), kwargs.get("attention_mask")
@@ -83,21 +84,24 @@ def _shared_prefill_generate(model: nn.Module, generate, grow: bool, *args, **kw
     cache = prefilled_cache(model, input_ids, mask, grow)
     if cache is None and grow:
         cache = GrowingCache(model.config)  # nothing to share: generate fills it from the first column
+    if grow and drop_ended:
+        return generate_dropping_ended_rows(model, generate, **kwargs, past_key_values=cache)
     return generate(**kwargs, past_key_values=cache)
 
 
-def share_generation_prefill(model: nn.Module, grow_cache: bool = True) -> bool:
+def share_generation_prefill(model: nn.Module, grow_cache: bool = True, drop_ended: bool = True) -> bool:
     """Make ``model.generate`` prefill each distinct prompt row once (an instance attribute; see the module
     docstring); False, and nothing changed, where that would not be exact: a sharded (FSDP) model, whose
     decoder cannot run outside the root module's forward, or dropout, whose prefill would draw other random
     numbers. ``generate`` keeps its own path for beams, several sequences per row, an explicit cache or
     embeddings (``generate`` runs without gradients either way). ``grow_cache``: generate on a
-    :class:`GrowingCache` (the default; False keeps transformers' cache, for the bench)."""
+    :class:`GrowingCache` (the default; False keeps transformers' cache, for the bench). ``drop_ended``: on that
+    cache, rows that have ended leave the batch (:mod:`sdpocl.finished_rows`; False: every row to the end)."""
     if "generate" in model.__dict__ or not hasattr(model, "base_model") or not dropout_free(model):
         return False
     if _sharded(model):
         return False
-    model.generate = functools.partial(_shared_prefill_generate, model, model.generate, grow_cache)
+    model.generate = functools.partial(_shared_prefill_generate, model, model.generate, grow_cache, drop_ended)
     return True
 
 
