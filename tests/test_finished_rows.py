@@ -153,3 +153,19 @@ def test_every_row_is_computed_where_dropping_would_not_be_exact_or_is_not_asked
     assert share_generation_prefill(off, drop_ended=False)
     generate(off, ids, mask)
     assert not hasattr(off, "last_generate_row_steps")
+
+
+def test_rows_leave_the_batch_under_the_trainers_fused_lm_head():
+    """TRL's trainers set their own ``forward`` on the model (the fused LM head): rollouts drop ended rows
+    through it, sample the full batch's tokens, and leave that ``forward`` in place."""
+    from trl.trainer.utils import add_fused_lm_head
+
+    full, dropping = two_models()
+    for model in (full, dropping):
+        add_fused_lm_head(model, temperature=1.0, outputs=("log_probs", "entropy"))
+    fused = dropping.__dict__["forward"]
+    ids, mask = batch(seed=6)
+    assert torch.equal(generate(dropping, ids, mask), generate(full, ids, mask))
+    computed, total = dropping.last_generate_row_steps
+    assert computed < 0.9 * total
+    assert dropping.__dict__["forward"] is fused

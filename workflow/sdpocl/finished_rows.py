@@ -103,9 +103,11 @@ def generate_dropping_ended_rows(model: nn.Module, generate, **kwargs):
     """``generate(**kwargs)`` (its cache a :class:`GrowingCache`) with :class:`FinishedRows` in front of
     ``model.forward``. The end-of-sequence ids are the ones ``generate`` itself resolves (its stopping
     criterion's), read where it resolves them; without them nothing is dropped."""
-    if "forward" in model.__dict__ or "_prepare_special_tokens" in model.__dict__:
+    if "_prepare_special_tokens" in model.__dict__:
         return generate(**kwargs)
     model.__dict__.pop("last_generate_row_steps", None)
+    # the forward generate calls: the class's, or one a trainer set on the instance (TRL's fused LM head)
+    own_forward = model.__dict__.get("forward")
     original_forward, prepare = model.forward, model._prepare_special_tokens
     state: dict = {}
 
@@ -125,6 +127,8 @@ def generate_dropping_ended_rows(model: nn.Module, generate, **kwargs):
         return generate(**kwargs)
     finally:
         model.__dict__.pop("forward", None)
+        if own_forward is not None:
+            model.forward = own_forward
         model.__dict__.pop("_prepare_special_tokens", None)
         if "rows" in state:
             model.last_generate_row_steps = tuple(state["rows"].row_steps)
