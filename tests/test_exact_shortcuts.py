@@ -116,6 +116,8 @@ def _rows_spy(monkeypatch):
 # ----------------------------------------------------------------------------------------------
 # GRPO
 
+ROWS_ONLY = {"share_prefixes": False}  # the other shortcuts alone: shared prefixes have their own tests below
+
 
 def test_grpo_shortcuts_are_exact_and_skip_the_work(tiny_standin, smoke_config, tmp_path, monkeypatch):
     """4 optimizer steps per rollout step: the old log-probs come from generate (no second no-grad
@@ -131,7 +133,7 @@ def test_grpo_shortcuts_are_exact_and_skip_the_work(tiny_standin, smoke_config, 
     assert forwards == {"no_grad": 3, "grad": 12}  # the old log-probs once per rollout step, one per update
     forwards.update(grad=0, no_grad=0)
     rows = _rows_spy(monkeypatch)
-    fast = _train(settings, tiny_standin, tmp_path / "f", shortcuts=True)
+    fast = _train(settings, tiny_standin, tmp_path / "f", shortcuts=True, cls_extra=ROWS_ONLY)
     assert forwards == {"no_grad": 0, "grad": 12}  # the no-grad forward is gone
     assert rows and sum(k for k, _ in rows) < sum(n for _, n in rows)  # some rows were left out
     _same_run(original, fast, ("reward", "loss", "grad_norm", "completion_length"))
@@ -140,6 +142,31 @@ def test_grpo_shortcuts_are_exact_and_skip_the_work(tiny_standin, smoke_config, 
         o = [e[key] for e in trainer_o.state.log_history if key in e]
         f = [e[key] for e in trainer_f.state.log_history if key in e]
         assert f == pytest.approx(o, abs=1e-6), key
+
+
+@pytest.mark.parametrize("knobs", [{}, {"kl_beta": 0.1}], ids=["grpo", "kl"])
+def test_grpo_shared_prefixes_train_the_same_model(tiny_standin, smoke_config, tmp_path, knobs):
+    """Each distinct prompt forwarded once in GRPO's training forward (and the KL reference's), its log-probs
+    and entropies computed as TRL's fused LM head computes them: every step's log to 1e-5 and the update
+    vector after three rollout steps (12 optimizer steps) to 1e-2 relative, as SDPO's shared prefixes below.
+    A wrong mask, position or temperature moves the first step's loss by orders more."""
+    settings = _settings(smoke_config, "grpo", **knobs)
+    plain = _train(settings, tiny_standin, tmp_path / "o", shortcuts=True, cls_extra=ROWS_ONLY)
+    shared = _train(settings, tiny_standin, tmp_path / "f", shortcuts=True)
+    assert plain[0].prefix_forwards == 0
+    assert shared[0].prefix_forwards > 0  # TRL shuffles a rollout batch into mini-batches: some share no prompt
+    keys = ("reward", "loss", "grad_norm", "completion_length") + (("kl",) if knobs else ())
+    _same_run(plain, shared, keys, weight_atol=float("inf"))
+    assert shared[1][0]["grad_norm"] == pytest.approx(plain[1][0]["grad_norm"], rel=1e-6)
+    entropy = [[e["entropy"] for e in run[0].state.log_history if "entropy" in e] for run in (plain, shared)]
+    assert len(entropy[0]) == 3 and entropy[1] == pytest.approx(entropy[0], rel=1e-5)  # the metric, as TRL's
+    parent = _parent_weights(tiny_standin)
+    d_plain = torch.cat([(plain[2][k] - parent[k]).flatten() for k in parent])
+    d_shared = torch.cat([(shared[2][k] - parent[k]).flatten() for k in parent])
+    assert d_plain.norm() > 1e-2
+    rel = float((d_shared - d_plain).norm() / d_plain.norm())
+    print(f"[grpo shared prefixes] update {float(d_plain.norm()):.3e}, relative difference {rel:.2e}")
+    assert rel <= 1e-2, rel
 
 
 def test_generation_logps_equal_trls_forward_also_with_sampling_processors(tiny_standin, smoke_config, tmp_path):
@@ -224,7 +251,6 @@ def test_grpo_shortcuts_switch_off_where_not_exact(tiny_standin, smoke_config, t
 # SDPO
 
 
-ROWS_ONLY = {"share_prefixes": False}  # the row shortcut alone: shared prefixes have their own test below
 SDPO_KEYS = ("reward", "loss", "grad_norm", "distill_token_fraction", "distill_sample_fraction", "distillation_loss")
 
 

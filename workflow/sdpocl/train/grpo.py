@@ -1,17 +1,21 @@
 """The GRPO family: TRL's GRPOTrainer with the rollout-step schedule, a KL anchor to the parent or the
-base, and the exact shortcuts (old log-probs from sampling, zero-advantage rows skipped)."""
+base, and the exact shortcuts (old log-probs from sampling, zero-advantage rows skipped, each distinct
+prompt forwarded once)."""
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 
 import torch
 from trl import GRPOConfig, GRPOTrainer
+from trl.trainer.utils import entropy_from_logits, selective_log_softmax
 
 from sdpocl.prefill import dropout_free
 from sdpocl.train.anchor import AnchorArgs, kl_reference_path
 from sdpocl.train.frozen import check_shards, distributed, load_from_rank0
 from sdpocl.train.fsdp import use_fp32_reduction
+from sdpocl.train.prefix import prefix_sharable, shared_prefix_logits
 from sdpocl.train.schedule import RolloutScheduleArgs, RolloutScheduleMixin
 from sdpocl.train.shortcuts import GenerationLogps, rows_selectable, select_rows
 
@@ -42,7 +46,8 @@ class SchedGRPOTrainer(RolloutScheduleMixin, GRPOTrainer):
 
     #: the exact shortcuts of the module docstring; False: TRL's own computation (tests, benchmarks)
     shortcuts = True
-    #: with ``shortcuts``: ``generate`` prefills each distinct prompt once (:mod:`sdpocl.prefill`)
+    #: with ``shortcuts``: ``generate`` prefills each distinct prompt once (:mod:`sdpocl.prefill`), and so do
+    #: the training and reference forwards (:mod:`sdpocl.train.prefix`)
     share_prefixes = True
 
     def _load_reference(self) -> None:
@@ -126,6 +131,10 @@ class SchedGRPOTrainer(RolloutScheduleMixin, GRPOTrainer):
                 if torch.equal(tokens[mask], input_ids[:, -logits_to_keep:][mask]):
                     # TRL's fused head gives 0 where the attention mask is 0 (padding after EOS)
                     return logps.masked_fill(~mask, 0.0).to(input_ids.device), None, None
+        if self.prefix_sharing_usable(model, input_ids.size(0), batch_size, kwargs):
+            shared = self._shared_prefix_logps(model, input_ids, attention_mask, logits_to_keep, compute_entropy)
+            if shared is not None:
+                return shared
         return super()._get_per_token_logps_and_entropies(
             model,
             input_ids,
@@ -135,6 +144,45 @@ class SchedGRPOTrainer(RolloutScheduleMixin, GRPOTrainer):
             compute_entropy=compute_entropy,
             **kwargs,
         )
+
+    # --- each distinct prompt forwarded once ----------------------------------------------------
+
+    prefix_forwards = 0  # forwards that shared their prompts (tests, benchmarks)
+
+    def prefix_sharing_usable(self, model, rows: int, batch_size, kwargs) -> bool:
+        """The rows of a group share their prompt, and a causal model's outputs at the prompt positions do not
+        depend on the completion (:mod:`sdpocl.train.prefix`, as SDPO's forwards): text only, no MoE aux loss,
+        no dropout, the entropies for the metric only (no high-entropy mask, no entropy bonus), the LM head as
+        the model computes it (not cast to fp32), one chunk, and a model that takes a cache."""
+        keys = inspect.signature(self.accelerator.unwrap_model(model).forward).parameters.keys()
+        return (
+            self.shortcuts
+            and self.share_prefixes
+            and self._dropout_free
+            and not any(v is not None and v is not False for v in kwargs.values())
+            and self.top_entropy_quantile == 1.0
+            and not self._entropy_bonus_enabled
+            and not self.args.cast_lm_head_to_fp32
+            and (batch_size is None or batch_size >= rows)
+            and prefix_sharable(model, keys)
+        )
+
+    def _shared_prefix_logps(self, model, input_ids, attention_mask, logits_to_keep, compute_entropy):
+        """What TRL's fused LM head returns (log-probs of the completion tokens under logits / T, 0 at padding,
+        and the entropies), from logits whose prompt columns were forwarded once per distinct prompt."""
+        with self.accelerator.autocast():
+            logits = shared_prefix_logits(model, input_ids, attention_mask, logits_to_keep)
+        if logits is None:
+            return None
+        self.prefix_forwards += 1
+        logits = logits.float() / self.temperature
+        mask = attention_mask[:, -logits_to_keep:].bool()
+        logps = selective_log_softmax(logits, input_ids[:, -logits_to_keep:]).masked_fill(~mask, 0.0)
+        entropies = None
+        if compute_entropy:
+            with torch.no_grad():  # the entropy metric only (see prefix_sharing_usable)
+                entropies = entropy_from_logits(logits).masked_fill(~mask, 0.0)
+        return logps, entropies, None
 
     # --- rows with zero advantage left out of forward/backward -----------------------------------
 

@@ -35,16 +35,19 @@ small mixins, never a fork.
     all-zero loss mask; only the others go through the student and teacher forwards, the loss scaled
     by kept / all. Token masking still draws over the full batch shape; the confidence filter only
     removes tokens, so it keeps the selection exact;
-  - SDPO: the rows of a group share their prompt (the student's) or most of their re-prompt (the
-    teacher's); each distinct one is forwarded once and its key/value cache indexed out to the rows
-    (:mod:`sdpocl.train.prefix`; ``share_prefixes``), for the student, the teacher and the KL reference.
+  - both: the rows of a group share their prompt (GRPO's and SDPO's student) or most of their re-prompt
+    (SDPO's teacher); each distinct one is forwarded once and its key/value cache indexed out to the rows
+    (:mod:`sdpocl.train.prefix`; ``share_prefixes``), for the trained model, SDPO's teacher and the KL
+    reference. GRPO's log-probs and entropies are then computed from those logits as TRL's fused LM head
+    computes them (:meth:`SchedGRPOTrainer.prefix_sharing_usable`).
   - both, rollouts by transformers' ``generate``: the prefill runs each distinct prompt once and the rows
     start from its cache (:func:`sdpocl.prefill.share_generation_prefill`; ``share_prefixes``): the
     same sampled tokens.
 
   Each switches itself off where it would not be exact (:meth:`SchedGRPOTrainer.generation_logps_usable`,
   :meth:`SchedGRPOTrainer.zero_advantage_rows_skippable`, :meth:`MaskedSDPOTrainer.distilled_rows`,
-  :func:`sdpocl.train.prefix.prefix_sharable`, :func:`sdpocl.prefill.share_generation_prefill`).
+  :meth:`SchedGRPOTrainer.prefix_sharing_usable`, :func:`sdpocl.train.prefix.prefix_sharable`,
+  :func:`sdpocl.prefill.share_generation_prefill`).
 """
 
 from __future__ import annotations
