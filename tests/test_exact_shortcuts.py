@@ -169,6 +169,17 @@ def test_grpo_shared_prefixes_train_the_same_model(tiny_standin, smoke_config, t
     assert rel <= 1e-2, rel
 
 
+def test_grpo_shared_prefixes_leave_large_logits_to_trls_fused_head(tiny_standin, smoke_config, tmp_path, monkeypatch):
+    """Completion logits above SHARED_LOGITS_MAX (a paper-sized vocabulary) keep TRL's fused LM head, which never
+    holds them: no shared forward, and the run is the one without sharing."""
+    monkeypatch.setattr(grpo, "SHARED_LOGITS_MAX", 1)
+    settings = _settings(smoke_config, "grpo")
+    plain = _train(settings, tiny_standin, tmp_path / "o", shortcuts=True, cls_extra=ROWS_ONLY)
+    capped = _train(settings, tiny_standin, tmp_path / "f", shortcuts=True)
+    assert capped[0].prefix_forwards == 0
+    _same_run(plain, capped, ("reward", "loss", "grad_norm", "completion_length"))
+
+
 def test_generation_logps_equal_trls_forward_also_with_sampling_processors(tiny_standin, smoke_config, tmp_path):
     """The log-probs recorded while sampling are log_softmax(logits / T) of the raw logits, what TRL's
     forward computes: equal to it, also when top-k / top-p / a repetition penalty shape the sampling."""

@@ -27,6 +27,9 @@ class SchedGRPOConfig(AnchorArgs, RolloutScheduleArgs, GRPOConfig):
         self._check_anchor()
 
 
+#: the most completion logits (rows x tokens x vocabulary) GRPO's shared-prefix forward holds (256 MB in fp32)
+SHARED_LOGITS_MAX = 2**26
+
 #: TRL GRPO's clip-ratio metrics that are token means over the batch
 CLIP_RATIO_MEANS = ("clip_ratio/low_mean", "clip_ratio/high_mean", "clip_ratio/region_mean")
 
@@ -131,7 +134,7 @@ class SchedGRPOTrainer(RolloutScheduleMixin, GRPOTrainer):
                 if torch.equal(tokens[mask], input_ids[:, -logits_to_keep:][mask]):
                     # TRL's fused head gives 0 where the attention mask is 0 (padding after EOS)
                     return logps.masked_fill(~mask, 0.0).to(input_ids.device), None, None
-        if self.prefix_sharing_usable(model, input_ids.size(0), batch_size, kwargs):
+        if self.prefix_sharing_usable(model, input_ids.size(0), batch_size, kwargs, logits_to_keep):
             shared = self._shared_prefix_logps(model, input_ids, attention_mask, logits_to_keep, compute_entropy)
             if shared is not None:
                 return shared
@@ -149,14 +152,19 @@ class SchedGRPOTrainer(RolloutScheduleMixin, GRPOTrainer):
 
     prefix_forwards = 0  # forwards that shared their prompts (tests, benchmarks)
 
-    def prefix_sharing_usable(self, model, rows: int, batch_size, kwargs) -> bool:
+    def prefix_sharing_usable(self, model, rows: int, batch_size, kwargs, logits_to_keep: int = 1) -> bool:
         """The rows of a group share their prompt, and a causal model's outputs at the prompt positions do not
         depend on the completion (:mod:`sdpocl.train.prefix`, as SDPO's forwards): text only, no MoE aux loss,
         no dropout, the entropies for the metric only (no high-entropy mask, no entropy bonus), the LM head as
-        the model computes it (not cast to fp32), one chunk, and a model that takes a cache."""
-        keys = inspect.signature(self.accelerator.unwrap_model(model).forward).parameters.keys()
+        the model computes it (not cast to fp32), one chunk, a model that takes a cache, and completion logits
+        small enough to hold (TRL's fused LM head never holds them: a large vocabulary and long completions
+        keep its path)."""
+        unwrapped = self.accelerator.unwrap_model(model)
+        keys = inspect.signature(unwrapped.forward).parameters.keys()
+        vocab = unwrapped.config.get_text_config().vocab_size
         return (
-            self.shortcuts
+            rows * logits_to_keep * vocab <= SHARED_LOGITS_MAX
+            and self.shortcuts
             and self.share_prefixes
             and self._dropout_free
             and not any(v is not None and v is not False for v in kwargs.values())
