@@ -1,7 +1,8 @@
 """A forward over prompt + completion rows that computes each distinct prompt once.
 
-SDPO's student and teacher forwards run ``num_generations`` rows per prompt that share their prompt
-columns (the student's prompt; the teacher's re-prompt, whose demonstration most of a group shares).
+GRPO's training forward and SDPO's student and teacher forwards run ``num_generations`` rows per prompt
+that share their prompt columns (the prompt; SDPO's teacher's re-prompt, whose demonstration most of a group
+shares; TRL shuffles GRPO's rollout batch into its mini-batches, so a mini-batch holds fewer rows per prompt).
 A causal model's outputs at the prompt positions do not depend on the completion, so the distinct
 prompts go through the model once, their key/value cache is indexed out to the rows (autograd sums
 the rows' gradients into the shared prompt, as the full forward's sum over identical copies does),
