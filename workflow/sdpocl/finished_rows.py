@@ -103,8 +103,8 @@ def generate_dropping_ended_rows(model: nn.Module, generate, **kwargs):
     """``generate(**kwargs)`` (its cache a :class:`GrowingCache`) with :class:`FinishedRows` in front of
     ``model.forward``. The end-of-sequence ids are the ones ``generate`` itself resolves (its stopping
     criterion's), read where it resolves them; without them nothing is dropped."""
-    if "_prepare_special_tokens" in model.__dict__:
-        return generate(**kwargs)
+    if "_prepare_special_tokens" in model.__dict__ or not hasattr(model, "_prepare_special_tokens"):
+        return generate(**kwargs)  # another wrapper's, or a transformers without it: every row to the end
     model.__dict__.pop("last_generate_row_steps", None)
     # the forward generate calls: the class's, or one a trainer set on the instance (TRL's fused LM head)
     own_forward = model.__dict__.get("forward")
