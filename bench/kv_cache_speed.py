@@ -1,9 +1,12 @@
-"""Bench: generation on sdpocl.kv_cache's growing cache against transformers' ``DynamicCache``, and with the
-rows that have ended dropped from the batch (sdpocl.finished_rows).
+"""Bench: generation on sdpocl.kv_cache's growing cache against transformers' ``DynamicCache``, with the
+rows that have ended dropped from the batch (sdpocl.finished_rows), and with tokens drawn vectorised
+(sdpocl.multinomial).
 
-Every way (``--modes``, from ``dynamic``, ``growing`` and ``dropping``) runs the workflow's shared-prefill
-``generate`` (sdpocl.prefill): ``dynamic`` on transformers' cache, ``growing`` on the growing cache with every
-row computed to the end, ``dropping`` on the growing cache without the rows that have ended (the workflow's).
+Every way (``--modes``, from ``dynamic``, ``growing``, ``dropping`` and ``vectorised``) runs the workflow's
+shared-prefill ``generate`` (sdpocl.prefill): ``dynamic`` on transformers' cache, ``growing`` on the growing
+cache with every row computed to the end, ``dropping`` on the growing cache without the rows that have ended,
+each of the three drawing with ``torch.multinomial``; ``vectorised``: ``dropping`` with the vectorised draw
+(the workflow's).
 Each measurement is interleaved (the modes in turn, repeated) so that machine noise hits all alike,
 the fastest repeat of each; ratios are to the first mode:
 - generation: a rollout batch (``prompts_per_step`` training prompts x ``num_generations``) of each domain,
@@ -38,13 +41,16 @@ from sdpocl.cpu_attention import use_workflow_attention
 from sdpocl.io import read_jsonl
 from sdpocl.train.stage import train_stage
 
-MODES = ("dynamic", "growing", "dropping")
+MODES = ("dynamic", "growing", "dropping", "vectorised")
 
 
 def sharing(mode: str):
     """``share_generation_prefill`` in ``mode`` (see the module docstring)."""
     return functools.partial(
-        prefill.share_generation_prefill, grow_cache=mode != "dynamic", drop_ended=mode == "dropping"
+        prefill.share_generation_prefill,
+        grow_cache=mode != "dynamic",
+        drop_ended=mode in ("dropping", "vectorised"),
+        vectorised_draws=mode == "vectorised",
     )
 
 

@@ -24,7 +24,7 @@ from import_graph import PKG, cycle_path, cycles, import_graph, modules, strongl
 LAYERS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     # the package's __init__ (only itself), atomic writers, prompt templates, the rules' scheduler
     # requests and priorities, the CPU attention every model-running module registers, generation's
-    # shared prefill, its key/value cache and the rows that leave it
+    # shared prefill, its key/value cache, the rows that leave it and its vectorised draws
     "base": (
         (
             "sdpocl",
@@ -36,6 +36,7 @@ LAYERS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
             "sdpocl.prefill",
             "sdpocl.kv_cache",
             "sdpocl.finished_rows",
+            "sdpocl.multinomial",
         ),
         (),
     ),

@@ -7,8 +7,10 @@ makes a model's ``generate`` compute the key/value cache of each distinct prompt
 the rows, and sample from there: the same tokens from the same seed (tests/test_prefill.py). The trainers'
 forwards share prompts the same way (:mod:`sdpocl.train.prefix`). The cache it generates on is a
 :class:`~sdpocl.kv_cache.GrowingCache` (new tokens written into spare room, not concatenated: the same
-tokens again), whether or not the batch had prompts to share. Here, not under ``train``: evaluation,
-training and the teacher check all generate.
+tokens again), whether or not the batch had prompts to share; rows that have ended leave it
+(:mod:`sdpocl.finished_rows`), and a sampled token is drawn as ``torch.multinomial`` draws it, vectorised
+(:mod:`sdpocl.multinomial`). Here, not under ``train``: evaluation, training and the teacher check all
+generate.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from torch import nn
 
 from sdpocl.finished_rows import generate_dropping_ended_rows
 from sdpocl.kv_cache import GrowingCache
+from sdpocl.multinomial import single_draws
 
 
 def distinct_prefixes(input_ids: torch.Tensor, attention_mask: torch.Tensor, width: int):
@@ -65,7 +68,14 @@ def prefilled_cache(model: nn.Module, input_ids: torch.Tensor, attention_mask: t
     return cache
 
 
-def _shared_prefill_generate(model: nn.Module, generate, grow: bool, drop_ended: bool, *args, **kwargs):
+def _shared_prefill_generate(model: nn.Module, generate, grow: bool, drop_ended: bool, vectorised: bool, *a, **kw):
+    if not vectorised:
+        return _prefilled_generate(model, generate, grow, drop_ended, *a, **kw)
+    with single_draws():  # transformers' one-token draws, the same tokens vectorised (sdpocl.multinomial)
+        return _prefilled_generate(model, generate, grow, drop_ended, *a, **kw)
+
+
+def _prefilled_generate(model: nn.Module, generate, grow: bool, drop_ended: bool, *args, **kwargs):
     if len(args) == 1 and torch.is_tensor(args[0]) and "input_ids" not in kwargs:
         (kwargs["input_ids"],), args = args, ()  # generate(ids, ...): the prompt ids
     input_ids, mask = kwargs.get("input_ids"), kwargs.get("attention_mask")
@@ -89,19 +99,25 @@ def _shared_prefill_generate(model: nn.Module, generate, grow: bool, drop_ended:
     return generate(**kwargs, past_key_values=cache)
 
 
-def share_generation_prefill(model: nn.Module, grow_cache: bool = True, drop_ended: bool = True) -> bool:
+def share_generation_prefill(
+    model: nn.Module, grow_cache: bool = True, drop_ended: bool = True, vectorised_draws: bool = True
+) -> bool:
     """Make ``model.generate`` prefill each distinct prompt row once (an instance attribute; see the module
     docstring); False, and nothing changed, where that would not be exact: a sharded (FSDP) model, whose
     decoder cannot run outside the root module's forward, or dropout, whose prefill would draw other random
     numbers. ``generate`` keeps its own path for beams, several sequences per row, an explicit cache or
     embeddings (``generate`` runs without gradients either way). ``grow_cache``: generate on a
     :class:`GrowingCache` (the default; False keeps transformers' cache, for the bench). ``drop_ended``: on that
-    cache, rows that have ended leave the batch (:mod:`sdpocl.finished_rows`; False: every row to the end)."""
+    cache, rows that have ended leave the batch (:mod:`sdpocl.finished_rows`; False: every row to the end).
+    ``vectorised_draws``: sampled tokens drawn by :mod:`sdpocl.multinomial` (the same tokens; False: torch's
+    own ``multinomial``, for the bench)."""
     if "generate" in model.__dict__ or not hasattr(model, "base_model") or not dropout_free(model):
         return False
     if _sharded(model):
         return False
-    model.generate = functools.partial(_shared_prefill_generate, model, model.generate, grow_cache, drop_ended)
+    model.generate = functools.partial(
+        _shared_prefill_generate, model, model.generate, grow_cache, drop_ended, vectorised_draws
+    )
     return True
 
 
