@@ -71,6 +71,7 @@ def test_calls_it_does_not_cover_go_to_torch(monkeypatch):
         assert torch.multinomial(probs, 2).shape == (4, 2)  # two samples
         assert torch.multinomial(probs[0], 1).shape == (1,)  # one row
         assert torch.multinomial(probs.double(), 1).shape == (4, 1)  # float64: vectorised log1p rounds otherwise
+        assert torch.multinomial(probs[:0], 1).shape == (0, 1)  # no rows
         for bad, message in [(probs.clone().fill_(0), "sum of probabilities"), (-probs, "element < 0")]:
             with pytest.raises(RuntimeError, match=message):  # torch's own errors, before any draw
                 torch.multinomial(bad, 1)

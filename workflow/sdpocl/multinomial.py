@@ -39,12 +39,14 @@ def _valid(probs: torch.Tensor) -> bool:
     return bool((probs.max() < float("inf")) & (probs.min() >= 0)) and not bool((probs.sum(1) == 0).any())
 
 
-def _ours(probs, num_samples, replacement=False, *, generator=None, out=None) -> bool:
+def _ours(probs, num_samples, generator, out) -> bool:
+    """The calls :func:`draw_one` covers (one sample per row of a non-empty 2-D float32 CPU table)."""
     return (
         num_samples == 1
         and out is None
         and isinstance(probs, torch.Tensor)
         and probs.dim() == 2
+        and probs.numel() > 0
         and probs.dtype == torch.float32
         and probs.device.type == "cpu"
         and not probs.requires_grad
@@ -76,7 +78,7 @@ def _original():
 def multinomial(probs, num_samples, replacement=False, *, generator=None, out=None):
     """``torch.multinomial`` with :func:`draw_one` for the calls it covers (see the module docstring)."""
     original = _original()
-    if _ours(probs, num_samples, replacement, generator=generator, out=out) and exact_here():
+    if _ours(probs, num_samples, generator, out) and exact_here():
         return draw_one(probs, generator)
     return original(probs, num_samples, replacement, generator=generator, out=out)
 

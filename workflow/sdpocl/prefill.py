@@ -15,6 +15,7 @@ generate.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 
 import torch
@@ -69,9 +70,8 @@ def prefilled_cache(model: nn.Module, input_ids: torch.Tensor, attention_mask: t
 
 
 def _shared_prefill_generate(model: nn.Module, generate, grow: bool, drop_ended: bool, vectorised: bool, *a, **kw):
-    if not vectorised:
-        return _prefilled_generate(model, generate, grow, drop_ended, *a, **kw)
-    with single_draws():  # transformers' one-token draws, the same tokens vectorised (sdpocl.multinomial)
+    # transformers' one-token draws, the same tokens vectorised (sdpocl.multinomial)
+    with single_draws() if vectorised else contextlib.nullcontext():
         return _prefilled_generate(model, generate, grow, drop_ended, *a, **kw)
 
 
