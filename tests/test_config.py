@@ -19,7 +19,9 @@ from sdpocl.config import (
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.mark.parametrize("name", ["config.yaml", "tiny-full.yaml", "tiny-seeds.yaml", "smoke.yaml", "paper.yaml"])
+@pytest.mark.parametrize(
+    "name", ["config.yaml", "tiny-full.yaml", "tiny-seeds.yaml", "tiny-collapse.yaml", "smoke.yaml", "paper.yaml"]
+)
 def test_shipped_configs_validate(name):
     config = load_config(ROOT / "config" / name)
     assert expand_runs(config)
@@ -58,6 +60,27 @@ def test_the_three_seed_config_is_the_default_on_the_report_seeds_with_the_headl
 
     for run in expand_runs(seeds):
         assert spec(run) == spec(default_runs[run.name.rsplit("_s", 1)[0] + "_s0"]), run.name
+
+
+def test_the_collapse_config_is_the_default_at_a_higher_lr_with_four_teachers():
+    """config/tiny-collapse.yaml: the default's settings but for the lr (1e-4) and the paper's 50/50/50/20
+    rollout steps, the SDPO teachers frozen, EMA 5%, EMA 20% and StableSDPO on the report seeds, in a results
+    directory of its own (docs/tiny-preset.md, row 61)."""
+    default, collapse = (
+        load_config(ROOT / "config" / "config.yaml"),
+        load_config(ROOT / "config" / "tiny-collapse.yaml"),
+    )
+    own = ("runs", "single_domain_runs", "seeds", "results", "train")
+    assert {k: v for k, v in default.items() if k not in own} == {k: v for k, v in collapse.items() if k not in own}
+    changed = {"lr": 1.0e-4, "steps": {"math": 50, "science": 50, "tooluse": 50, "code": 20}}
+    assert {k: v for k, v in default["train"].items() if k not in changed} == {
+        k: v for k, v in collapse["train"].items() if k not in changed
+    }
+    assert {k: collapse["train"][k] for k in changed} == changed
+    assert collapse["seeds"] == [3, 4, 5] and collapse["results"] != default["results"]
+    assert collapse["single_domain_runs"] == []
+    labels = {run.label for run in expand_runs(collapse)}
+    assert labels == {"SDPO_0", "SDPO_5%", "SDPO_20%", "StableSDPO"}
 
 
 def test_defaults_are_filled(smoke_config):

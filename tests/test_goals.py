@@ -235,3 +235,21 @@ def test_pooled_z_of_a_domain_with_two_benchmarks(tmp_path):
     line = next(x for x in goal_report(results).splitlines() if x.startswith("| GRPO | 1 math |"))
     # per seed the two benchmarks' mean (0.2, 0.3), stderr sqrt(2 x 0.05^2) / 2; pooled: 0.25 / 0.025
     assert "+0.200 (" in line and "+0.300 (" in line and "| 10.0 |" in line
+
+
+def test_goal_report_shows_each_stages_artifacts_on_its_own_domain_with_the_bases(tmp_path):
+    """Goal 2's collapse symptoms: truncation per seed, repeated n-grams and \\boxed on the stage's own
+    domain, the base's beside them; a table without artifact columns leaves the section out."""
+    results = _results(tmp_path)
+    assert "## Artifacts" not in goal_report(results)
+    ev = pd.read_csv(results / "tables" / "eval.csv")
+    collapsed = (ev.chain.astype(str).str.endswith("tooluse")) & (ev.benchmark == "tooluse")
+    ev["truncation_rate"] = [0.5 + 0.25 * s if c else 0.0 for s, c in zip(ev.seed, collapsed)]
+    ev["ngram_repeat"] = [0.4 if c else 0.01 for c in collapsed]
+    ev["boxed_per_response"] = [1.0 if b == "math" else 0.0 for b in ev.benchmark]
+    ev.to_csv(results / "tables" / "eval.csv", index=False)
+    section = goal_report(results).split("## Artifacts", 1)[1].split("\n## ", 1)[0].splitlines()
+    line = next(x for x in section if x.startswith("| GRPO | 3 tooluse |"))
+    assert "| 50.0 / 75.0 |" in line and "62.5 ± " in line and "(0.0)" in line and "| 40.0 (1.0) |" in line
+    math_line = next(x for x in section if x.startswith("| GRPO | 1 math |"))
+    assert "| 0.0 / 0.0 |" in math_line and "| 1.00 (1.00) |" in math_line

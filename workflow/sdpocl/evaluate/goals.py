@@ -100,6 +100,24 @@ def forgetting(ev: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
+#: eval.csv's artifact columns the report reads (sdpocl.evaluate.artifacts), as fractions per response
+ARTIFACTS = ("truncation_rate", "ngram_repeat", "boxed_per_response")
+
+
+def stage_artifacts(ev: pd.DataFrame) -> pd.DataFrame:
+    """One row per continual stage and seed: the collapse symptoms (goal 2) of the stage's final model on
+    its own domain, the mean over that domain's in-domain benchmarks, with the base's on the same ones."""
+    if not set(ARTIFACTS) <= set(ev.columns):
+        return pd.DataFrame()
+    rows = _finals(ev)
+    own = rows[(rows.kind == "in-domain") & (rows.bench_domain == rows.domain)]
+    own = own[(own.method != "base") & own.continual]
+    base = rows[(rows.method == "base") & (rows.kind == "in-domain")]
+    base = base.groupby("bench_domain")[list(ARTIFACTS)].mean().add_prefix("base_")
+    per = own.groupby(["label", "run", "seed", "stage", "domain"], as_index=False)[list(ARTIFACTS)].mean()
+    return per.join(base, on="domain").sort_values(["label", "seed", "stage"])
+
+
 def drift_after_chain(params: pd.DataFrame | None, responses: pd.DataFrame | None) -> pd.DataFrame:
     """Per continual run: NSS and PM update of the chain's last checkpoint (all matrices), and the mean
     response similarity to the base after the first and after the last stage."""
@@ -231,6 +249,22 @@ def goal_report(results: str | Path) -> str:
         for label, g in fg.groupby("label"):
             minus = "" if label == "GRPO" else _minus(g, grpo, "mean")
             lines.append(f"| {label} | {_seeds(g, 'mean')} | {_ci(g['mean'])} | {minus} |")
+    arts = stage_artifacts(ev)
+    if not arts.empty:
+        lines += _section(
+            "Artifacts: each stage's own domain after the stage (% of responses truncated, % of 4-grams repeated,"
+            " \\boxed per response; the base's in brackets)",
+            ["method", "stage", "truncated % per seed", "seed mean ± 95% CI", "repeated %", "\\boxed"],
+        )
+        for (label, stage, domain), g in arts.groupby(["label", "stage", "domain"], sort=True):
+            pct = g.assign(t=100 * g.truncation_rate)
+            b = g.iloc[0]
+            lines.append(
+                f"| {label} | {int(stage)} {domain} | {_seeds(pct, 't', '{:.1f}')} | {_ci(pct.t, '{:.1f}')}"
+                f" ({100 * b.base_truncation_rate:.1f}) | {100 * g.ngram_repeat.mean():.1f}"
+                f" ({100 * b.base_ngram_repeat:.1f}) | {g.boxed_per_response.mean():.2f}"
+                f" ({b.base_boxed_per_response:.2f}) |"
+            )
     ts = _read(tables / "teacher_stability.csv")
     if ts is not None and not ts.empty:
         by = {
