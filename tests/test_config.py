@@ -63,16 +63,16 @@ def test_the_three_seed_config_is_the_default_on_the_report_seeds_with_the_headl
 
 
 def test_the_collapse_config_is_the_default_at_a_higher_lr_with_four_teachers():
-    """config/tiny-collapse.yaml: the default's settings but for the lr (1e-4) and the paper's 50/50/50/20
-    rollout steps, the SDPO teachers frozen, EMA 5%, EMA 20% and StableSDPO on the report seeds, in a results
-    directory of its own (docs/tiny-preset.md, row 61)."""
+    """config/tiny-collapse.yaml: the default's settings but for the lr (1e-4) and the rollout steps (the paper's
+    50 / 50 / - / 20, TOOLUSE 150), the SDPO teachers frozen, EMA 5%, EMA 20% and StableSDPO on the report seeds,
+    in a results directory of its own (docs/tiny-preset.md, rows 61-62)."""
     default, collapse = (
         load_config(ROOT / "config" / "config.yaml"),
         load_config(ROOT / "config" / "tiny-collapse.yaml"),
     )
     own = ("runs", "single_domain_runs", "seeds", "results", "train")
     assert {k: v for k, v in default.items() if k not in own} == {k: v for k, v in collapse.items() if k not in own}
-    changed = {"lr": 1.0e-4, "steps": {"math": 50, "science": 50, "tooluse": 50, "code": 20}}
+    changed = {"lr": 1.0e-4, "steps": {"math": 50, "science": 50, "tooluse": 150, "code": 20}}
     assert {k: v for k, v in default["train"].items() if k not in changed} == {
         k: v for k, v in collapse["train"].items() if k not in changed
     }
