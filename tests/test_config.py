@@ -63,10 +63,11 @@ def test_the_three_seed_config_is_the_default_on_the_report_seeds_with_the_headl
         assert spec(run) == spec(default_runs[run.name.rsplit("_s", 1)[0] + "_s0"]), run.name
 
 
-def test_the_collapse_config_is_the_default_at_a_higher_lr_with_five_teachers():
+def test_the_collapse_config_is_the_default_at_a_higher_lr_with_grpo_and_five_teachers():
     """config/tiny-collapse.yaml: the default's settings but for the lr (1e-4) and the rollout steps (the paper's
-    50 / 50 / - / 20, TOOLUSE 150), the SDPO teachers frozen, EMA 5%, EMA 20% and StableSDPO (K 20, K 60) on the
-    report seeds, in a results directory of its own (docs/tiny-preset.md, rows 61-62), each in its own colour."""
+    50 / 50 / - / 20, TOOLUSE 150), GRPO at that lr and the SDPO teachers frozen, EMA 5%, EMA 20% and StableSDPO
+    (K 20, K 60) on the report seeds, in a results directory of its own (docs/tiny-preset.md, rows 61-63), each in
+    its own colour."""
     default, collapse = (
         load_config(ROOT / "config" / "config.yaml"),
         load_config(ROOT / "config" / "tiny-collapse.yaml"),
@@ -81,9 +82,10 @@ def test_the_collapse_config_is_the_default_at_a_higher_lr_with_five_teachers():
     assert collapse["seeds"] == [3, 4, 5] and collapse["results"] != default["results"]
     assert collapse["single_domain_runs"] == []
     labels = {run.label for run in expand_runs(collapse)}
-    assert labels == {"SDPO_0", "SDPO_5%", "SDPO_20%", "StableSDPO", "StableSDPO K=60"}
+    assert labels == {"GRPO", "SDPO_0", "SDPO_5%", "SDPO_20%", "StableSDPO", "StableSDPO K=60"}
+    assert all("lr" not in run for run in collapse["runs"]), "GRPO and SDPO share the lr, as in the paper"
     colours = [colour for colour, _ in method_styles(labels).values()]
-    assert len(set(colours)) == len(labels), "two of the collapse config's teachers share a colour in the figures"
+    assert len(set(colours)) == len(labels), "two of the collapse config's runs share a colour in the figures"
 
 
 def test_defaults_are_filled(smoke_config):
