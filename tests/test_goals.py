@@ -11,6 +11,7 @@ from sdpocl.evaluate.goals import (
     first_stage_drift_at_equal_updates,
     forgetting,
     goal_report,
+    ood_after_chain,
     pooled_z,
     reward_rise,
     stage_learning,
@@ -111,6 +112,35 @@ def test_goal_report_prints_seeds_and_their_interval(tmp_path):
     forgot = next(x for x in report.splitlines() if x.startswith("| GRPO | +0.075 / +0.175 |"))
     assert "+0.125 ± 0.635" in forgot
     assert "OOD base Acc@8" in report and "logic_grid 0.300" in report and "1 of 1" in report
+
+
+def test_ood_after_the_chain_is_the_last_stage_minus_the_same_seeds_base_against_grpo(tmp_path):
+    results = _results(tmp_path)
+    ev = pd.read_csv(results / "tables" / "eval.csv")
+    ood = []
+    for s, (grpo_last, sdpo_last) in enumerate([(0.2, 0.25), (0.1, 0.2)]):
+        ev.loc[(ev.method == "base") & (ev.seed == s) & (ev.benchmark == "logic_grid"), "acc"] = 0.3 + 0.1 * s
+        for run, label, method, last in [
+            (f"grpo_s{s}", "GRPO", "grpo", grpo_last),
+            (f"sdpo_a0_s{s}", "SDPO_0", "sdpo", sdpo_last),
+        ]:
+            ood += [
+                _row(run, label, s, "math", "logic_grid", 0.9, method=method),  # an earlier stage: not read
+                _row(run, label, s, "/".join(DOMAINS), "logic_grid", last + 0.1 * s, method=method),
+            ]
+    pd.concat([ev, pd.DataFrame(ood)]).to_csv(results / "tables" / "eval.csv", index=False)
+    table = ood_after_chain(pd.read_csv(results / "tables" / "eval.csv")).set_index(["label", "seed"])
+    assert list(table.change.loc["GRPO"]) == pytest.approx([-0.1, -0.2])  # 0.2 - 0.3, 0.2 - 0.4
+    assert list(table.change.loc["SDPO_0"]) == pytest.approx([-0.05, -0.1])
+    lines = goal_report(results).splitlines()
+    assert any(x.startswith("## OOD after the chain (Acc@8 after the last stage minus") for x in lines)
+    assert (
+        next(x for x in lines if x.startswith("| GRPO | logic_grid |"))
+        == "| GRPO | logic_grid | -0.100 / -0.200 | -0.150 ± 0.635 |  |"
+    )
+    # SDPO_0 - GRPO seed by seed: +0.05 and +0.1, t(0.975, 1) x sd / sqrt 2
+    sdpo = next(x for x in lines if x.startswith("| SDPO_0 | logic_grid |"))
+    assert sdpo.endswith("| +0.075 ± 0.318 |")
 
 
 def test_goal_report_names_the_metric_with_the_tables_samples_per_prompt(tmp_path):

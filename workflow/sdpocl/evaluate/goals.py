@@ -100,6 +100,22 @@ def forgetting(ev: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
+def ood_after_chain(ev: pd.DataFrame) -> pd.DataFrame:
+    """Per continual run, seed and OOD benchmark: Acc@k after the chain's last stage minus the same seed's
+    base (``change``). Goal 2's "SDPO forgets more than GRPO, the intermediate-distance sets most" is read
+    here, per set, where in-domain forgetting cannot show how far from the trained domains it reaches."""
+    rows = _finals(ev)
+    ood = rows[rows.kind == "ood"]
+    base = ood[ood.method == "base"].groupby(["seed", "benchmark"]).acc.mean().rename("base")
+    runs = ood[(ood.method != "base") & ood.continual]
+    if runs.empty or base.empty:
+        return pd.DataFrame()
+    last = runs[runs.stage == runs.groupby("run").stage.transform("max")]
+    out = last.groupby(["label", "run", "seed", "benchmark"], as_index=False).acc.mean()
+    out = out.join(base, on=["seed", "benchmark"])
+    return out.assign(change=out.acc - out.base).dropna(subset=["change"])
+
+
 #: eval.csv's artifact columns the report reads (sdpocl.evaluate.artifacts), as fractions per response
 ARTIFACTS = ("truncation_rate", "ngram_repeat", "boxed_per_response")
 
@@ -196,6 +212,11 @@ def _minus(g: pd.DataFrame, ref: pd.DataFrame | None, col: str, fmt: str = "{:+.
     return _ci(both, fmt) if len(both) else ""
 
 
+def _grpo(frame: pd.DataFrame) -> pd.DataFrame | None:
+    """The GRPO rows of ``frame``, the reference of the "minus GRPO" columns; None without a GRPO run."""
+    return frame[frame.label == "GRPO"] if (frame.label == "GRPO").any() else None
+
+
 def _section(title: str, columns: list[str]) -> list[str]:
     """A markdown section: a blank line, the heading and the table's header."""
     return ["", f"## {title}", "", "| " + " | ".join(columns) + " |", "|---" * len(columns) + "|"]
@@ -204,7 +225,7 @@ def _section(title: str, columns: list[str]) -> list[str]:
 def _drift_section(title: str, drift: pd.DataFrame, metrics: tuple[str, ...]) -> list[str]:
     """A drift table: per method and metric (those with a value) the seeds, their mean ± CI and minus GRPO."""
     lines = _section(title, ["method", "metric", "per seed", "seed mean ± 95% CI", "minus GRPO, seed by seed"])
-    grpo = drift[drift.label == "GRPO"] if (drift.label == "GRPO").any() else None
+    grpo = _grpo(drift)
     for label, g in drift.groupby("label"):
         for col in metrics:
             if col in g and g[col].notna().any():
@@ -245,10 +266,21 @@ def goal_report(results: str | Path) -> str:
             f"Forgetting after the chain (own-stage {metric} minus after the last stage; mean over earlier domains)",
             ["method", "per seed", "seed mean ± 95% CI", "minus GRPO, seed by seed"],
         )
-        grpo = fg[fg.label == "GRPO"] if (fg.label == "GRPO").any() else None
+        grpo = _grpo(fg)
         for label, g in fg.groupby("label"):
             minus = "" if label == "GRPO" else _minus(g, grpo, "mean")
             lines.append(f"| {label} | {_seeds(g, 'mean')} | {_ci(g['mean'])} | {minus} |")
+    ood = ood_after_chain(ev)
+    if not ood.empty:
+        lines += _section(
+            f"OOD after the chain ({metric} after the last stage minus the same seed's base, per set)",
+            ["method", "benchmark", "per seed", "seed mean ± 95% CI", "minus GRPO, seed by seed"],
+        )
+        for bench, gb in ood.groupby("benchmark"):
+            grpo = _grpo(gb)
+            for label, g in gb.groupby("label"):
+                minus = "" if label == "GRPO" else _minus(g, grpo, "change")
+                lines.append(f"| {label} | {bench} | {_seeds(g, 'change')} | {_ci(g.change)} | {minus} |")
     arts = stage_artifacts(ev)
     if not arts.empty:
         lines += _section(
