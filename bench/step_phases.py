@@ -127,8 +127,8 @@ def bench_stage(a, config, results, model_dir, model_classes, name, domain, shar
         )
     step = summary["seconds_per_step"]
     # the phases cover every step, the first included (summary's seconds_per_step too)
-    phases = {k: round(v / a.steps, 3) for k, v in timer.seconds.items()}
-    phases["other"] = round(step - sum(phases.values()), 3)
+    phases = {k: v / a.steps for k, v in timer.seconds.items()}  # unrounded: a fast phase is not 0
+    phases["other"] = step - sum(phases.values())
     prefixes = "shared" if shared else "full"
     row = {"run": name, "domain": domain, "prefixes": prefixes, "seconds_per_step": step, "phases": phases}
     print(
