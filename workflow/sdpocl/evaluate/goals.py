@@ -101,19 +101,17 @@ def forgetting(ev: pd.DataFrame) -> pd.DataFrame:
 
 
 def ood_after_chain(ev: pd.DataFrame) -> pd.DataFrame:
-    """Per continual run, seed and OOD benchmark: Acc@k after the chain's last stage minus the same seed's
-    base (``change``). Goal 2's "SDPO forgets more than GRPO, the intermediate-distance sets most" is read
-    here, per set, where in-domain forgetting cannot show how far from the trained domains it reaches."""
-    rows = _finals(ev)
-    ood = rows[rows.kind == "ood"]
-    base = ood[ood.method == "base"].groupby(["seed", "benchmark"]).acc.mean().rename("base")
-    runs = ood[(ood.method != "base") & ood.continual]
-    if runs.empty or base.empty:
+    """Per continual run, seed and OOD benchmark: Acc@k after the chain's last stage minus its base's
+    (``change``; ``base_acc``, which ``aggregate_eval`` matched to the run's seed). Goal 2's "SDPO forgets more
+    than GRPO, the intermediate-distance sets most" is read here, per set, where in-domain forgetting cannot
+    show how far from the trained domains it reaches."""
+    if "base_acc" not in ev:
         return pd.DataFrame()
+    rows = _finals(ev)
+    runs = rows[(rows.kind == "ood") & (rows.method != "base") & rows.continual]
     last = runs[runs.stage == runs.groupby("run").stage.transform("max")]
-    out = last.groupby(["label", "run", "seed", "benchmark"], as_index=False).acc.mean()
-    out = out.join(base, on=["seed", "benchmark"])
-    return out.assign(change=out.acc - out.base).dropna(subset=["change"])
+    out = last.groupby(["label", "run", "seed", "benchmark"], as_index=False)[["acc", "base_acc"]].mean()
+    return out.assign(change=out.acc - out.base_acc).dropna(subset=["change"])
 
 
 #: eval.csv's artifact columns the report reads (sdpocl.evaluate.artifacts), as fractions per response
