@@ -14,10 +14,14 @@ as it was found (``test_fixture_left_up_to_date`` checks that at the end).
 from __future__ import annotations
 
 import copy
+import json
 import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import yaml
 from workflow_utils import ROOT, describe_jobs, job_wildcards, scheduled_jobs, snakemake
@@ -169,6 +173,53 @@ def test_new_alpha_runs_only_new_chains(smoke_results, tmp_path):
     out = dry_run(smoke_results, configfile=write_config(tmp_path, cfg))
     assert_only_branch(out, cfg, "sdpo_a0.1_s0")
     assert len(job_wildcards(out, "train_stage")) == len(cfg["domains"])  # not a single-domain run
+
+
+def test_a_label_reruns_only_the_aggregations_and_figures(smoke_results, tmp_path):
+    """A label names a run in tables and figures: the stages and evaluations record the label the
+    run's settings give it (sdpocl.config.recorded_run), so relabelling retrains nothing, and a label
+    written out as that default changes nothing at all."""
+    cfg = smoke_config()
+    entry = next(r for r in cfg["runs"] if r == {"method": "grpo"})
+    entry["label"] = "GRPO"
+    out = dry_run(smoke_results, configfile=write_config(tmp_path, cfg, "default_label.yaml"))
+    assert scheduled_jobs(out) == {}, describe_jobs(out)
+    entry["label"] = "GRPO (renamed)"
+    out = dry_run(smoke_results, configfile=write_config(tmp_path, cfg, "renamed.yaml"))
+    assert set(scheduled_jobs(out)) == {"aggregate_eval", "aggregate_drift", *BRANCH_PLOTS, ALL}, describe_jobs(out)
+
+
+def test_the_aggregations_show_the_configs_label_over_the_recorded_one(smoke_results, tmp_path):
+    """The fixture's scores and response drift record the default labels; both tables take a new label
+    from the command line, as the two rules pass it (RUN_LABELS, DRIFT_GRID)."""
+    cfg = validate_config(smoke_config())
+    runs = {r.name: {"label": r.label, "method": r.method, "alpha": r.alpha, "seed": r.seed} for r in expand_runs(cfg)}
+    runs["grpo_s0"]["label"] = "GRPO (renamed)"
+    scores = sorted(str(p) for p in smoke_results.glob("**/scores.json"))
+    params = sorted(str(p) for p in (smoke_results / "runs").glob("**/drift_params.csv"))
+    responses = sorted(str(p) for p in (smoke_results / "runs").glob("*/response_drift.csv"))
+    train = cfg["train"]
+    grid = {"runs": runs, "domains": cfg["domains"], "steps": train["steps"], "save_every": train["save_every"]}
+    labels = json.dumps({name: r["label"] for name, r in runs.items()})
+    cli = [sys.executable, "-m", "sdpocl.cli"]
+    subprocess.run(
+        [*cli, "aggregate-eval", "--scores", *scores, "--domains", *cfg["domains"], "--labels", labels]
+        + ["--out", str(tmp_path / "eval.csv"), "--out-teacher", str(tmp_path / "teacher.csv")],
+        check=True,
+    )
+    subprocess.run(
+        [*cli, "aggregate-drift", "--params", *params, "--responses", *responses, "--results", str(smoke_results)]
+        + ["--grid", json.dumps(grid), "--out-params", str(tmp_path / "p.csv")]
+        + ["--out-responses", str(tmp_path / "r.csv")],
+        check=True,
+    )
+    for table in ("eval.csv", "p.csv", "r.csv"):
+        df = pd.read_csv(tmp_path / table)
+        shown = df.drop_duplicates("run").set_index("run").label
+        assert shown["grpo_s0"] == "GRPO (renamed)", (table, shown.to_dict())
+        assert shown["sdpo_a0_s0"] == "SDPO_0", (table, shown.to_dict())
+    recorded = json.loads(Path(next(s for s in scores if "/grpo_s0/" in s)).read_text())["meta"]["label"]
+    assert recorded == "GRPO"
 
 
 # 4. key order, comments and layout of the config do not matter

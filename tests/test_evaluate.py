@@ -297,6 +297,17 @@ def test_relperf_gain_forgetting_on_a_hand_made_table(tmp_path):
     assert df[df.method == "base"].relperf.fillna(0).eq(0).all()
 
 
+def test_the_labels_name_the_runs_they_hold_and_the_rest_keep_their_score_files_label(tmp_path):
+    """aggregate_eval passes the config's labels by run name (a new label reruns no evaluation)."""
+    base = _scores(tmp_path, "base", {"run": "base", "label": "Base", "method": "base", "chain": ""}, {"math": 0.4})
+    grpo = {"run": "grpo_s0", "label": "GRPO", "method": "grpo", "seed": 0, "chain": "math"}
+    sdpo = {"run": "sdpo_a0_s0", "label": "SDPO_0", "method": "sdpo", "alpha": 0.0, "seed": 0, "chain": "math"}
+    files = [base, _scores(tmp_path, "g", grpo, {"math": 0.5}), _scores(tmp_path, "s", sdpo, {"math": 0.6})]
+    df = eval_table(files, domains=["math"], labels={"grpo_s0": "GRPO (lr 1e-4)", "gone_s0": "absent"})
+    assert dict(zip(df.run, df.label)) == {"base": "Base", "grpo_s0": "GRPO (lr 1e-4)", "sdpo_a0_s0": "SDPO_0"}
+    assert df.set_index("run").acc.to_dict() == eval_table(files, domains=["math"]).set_index("run").acc.to_dict()
+
+
 def test_relative_performance_formula():
     out = relative_performance(pd.Series([0.2, 0.5, 0.1]), pd.Series([0.4, 0.5, 0.0]))
     assert out.iloc[0] == pytest.approx(-50.0) and out.iloc[1] == 0 and math.isnan(out.iloc[2])

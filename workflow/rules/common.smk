@@ -17,7 +17,9 @@ from sdpocl.config import (
     chains_for,
     coerce_overrides,
     expand_runs,
+    recorded_run,
     replay_settings,
+    run_labels,
     stable_json,
     stage_settings,
     train_size_for,
@@ -171,20 +173,16 @@ def eval_model_path(wildcards):
     return stage_path(wildcards.run, wildcards.chain, f"checkpoints/{wildcards.ckpt}")
 
 
+def run_identity(name):
+    """A run as its evaluations and response drift record it, with the label its settings give it
+    (recorded_run): the aggregations apply the config's label (RUN_LABELS), so a new one reruns neither."""
+    run = recorded_run(RUNS[name])
+    return {"run": name, **{k: run[k] for k in ("label", "method", "alpha", "seed")}}
+
+
 def eval_meta(wildcards):
     """Identity of an evaluated checkpoint (wildcards only, so Snakemake tracks it)."""
-    run = RUNS[wildcards.run]
-    return stable_json(
-        {
-            "run": run.name,
-            "label": run.label,
-            "method": run.method,
-            "alpha": run.alpha,
-            "seed": run.seed,
-            "chain": wildcards.chain,
-            "checkpoint": wildcards.ckpt,
-        }
-    )
+    return stable_json({**run_identity(wildcards.run), "chain": wildcards.chain, "checkpoint": wildcards.ckpt})
 
 
 def run_eval_settings(wildcards):
@@ -197,10 +195,12 @@ def run_base_samples(wildcards):
 
 
 def run_meta(wildcards):
-    run = RUNS[wildcards.run]
-    return stable_json(
-        {"run": run.name, "label": run.label, "method": run.method, "alpha": run.alpha, "seed": run.seed}
-    )
+    return stable_json(run_identity(wildcards.run))
+
+
+#: run name -> the label its tables and figures show: read by the aggregations only, so a new label
+#: reruns them and the figures, nothing that trains, evaluates or embeds
+RUN_LABELS = stable_json(run_labels(list(RUNS.values())))
 
 
 def run_eval_samples(wildcards):

@@ -122,6 +122,8 @@ rule aggregate_eval:
     params:
         domains=config["domains"],
         variants=VARIANT_RUNS,
+        labels=RUN_LABELS,
     shell:
         "sdpocl aggregate-eval --scores {input.base} {input.scores} --domains {params.domains} "
-        "--variant-runs {params.variants} --out {output.eval} --out-teacher {output.teacher} > {log} 2>&1"
+        "--variant-runs {params.variants} --labels {params.labels:q} --out {output.eval} "
+        "--out-teacher {output.teacher} > {log} 2>&1"

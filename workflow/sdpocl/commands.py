@@ -147,6 +147,11 @@ COMMANDS: list[Command] = [
             _arg("--out", required=True, help="eval.csv"),
             _arg("--out-teacher", required=True, help="teacher_stability.csv"),
             _arg("--variant-runs", nargs="*", default=[], help="runs left out of Table 1 (CoT, masking)"),
+            _arg(
+                "--labels",
+                default=None,
+                help="JSON: run name -> the label its rows show (default: the label in each score file's metadata)",
+            ),
         ],
     ),
     Command(

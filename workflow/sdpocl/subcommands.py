@@ -129,7 +129,7 @@ def cmd_evaluate(a) -> None:
 def cmd_aggregate_eval(a) -> None:
     from sdpocl.evaluate.aggregate import eval_table, teacher_stability
 
-    table = eval_table(a.scores, domains=a.domains)
+    table = eval_table(a.scores, domains=a.domains, labels=json.loads(a.labels) if a.labels else None)
     write_csv(table, a.out)
     write_csv(teacher_stability(table, first_domain=a.domains[0], variant_runs=set(a.variant_runs)), a.out_teacher)
     print(f"[aggregate-eval] {len(table)} rows from {len(a.scores)} checkpoints -> {a.out}")
@@ -191,6 +191,9 @@ def cmd_aggregate_drift(a) -> None:
     write_csv(params, a.out_params)
     frames = [pd.read_csv(f) for f in a.responses]
     responses = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=DRIFT_RESPONSE_COLUMNS)
+    # a run's response drift records its default label (common.smk run_meta); the grid holds the one shown
+    labels = {run: ident["label"] for run, ident in grid["runs"].items()}
+    responses["label"] = responses["run"].map(labels).fillna(responses["label"])
     write_csv(responses, a.out_responses)
     print(f"[aggregate-drift] {len(params)} parameter-drift rows, {len(responses)} response-drift rows")
 

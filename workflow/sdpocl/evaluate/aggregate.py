@@ -111,10 +111,13 @@ def _base_seeds(df: pd.DataFrame) -> pd.Series:
     return df.seed.fillna(_ANY_SEED).astype(int)
 
 
-def eval_table(score_files: list[str | Path], *, domains: list[str]) -> pd.DataFrame:
+def eval_table(
+    score_files: list[str | Path], *, domains: list[str], labels: dict[str, str] | None = None
+) -> pd.DataFrame:
     """One row per (checkpoint, benchmark) with Acc@k, stderr, artifacts, RelPerf, gain, forgetting,
     and the change against the stage's starting model with its paired stderr (from the ``samples/``
-    logs beside the score files; NaN where they are missing)."""
+    logs beside the score files; NaN where they are missing). ``labels`` (run name -> label) names
+    the runs it holds; the others keep the label of their score files' metadata."""
     rows = []
     dirs = []
     for path in score_files:
@@ -138,6 +141,8 @@ def eval_table(score_files: list[str | Path], *, domains: list[str]) -> pd.DataF
     df = pd.DataFrame(rows)
     if df.empty:
         return pd.DataFrame(columns=EVAL_COLUMNS)
+    if labels:
+        df["label"] = df["run"].map(labels).fillna(df["label"])
     df["base_seed"] = _base_seeds(df)
     base = df[df.method == "base"].set_index(["base_seed", "benchmark"])["acc"]
     keys = pd.MultiIndex.from_arrays([df.base_seed, df.benchmark])
