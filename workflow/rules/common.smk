@@ -19,7 +19,6 @@ from sdpocl.config import (
     expand_runs,
     recorded_run,
     replay_settings,
-    run_labels,
     stable_json,
     stage_settings,
     train_size_for,
@@ -200,7 +199,7 @@ def run_meta(wildcards):
 
 #: run name -> the label its tables and figures show: read by the aggregations only, so a new label
 #: reruns them and the figures, nothing that trains, evaluates or embeds
-RUN_LABELS = stable_json(run_labels(list(RUNS.values())))
+RUN_LABELS = stable_json({name: run.label for name, run in RUNS.items()})
 
 
 def run_eval_samples(wildcards):

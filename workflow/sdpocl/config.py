@@ -265,15 +265,10 @@ def expand_runs(config: dict) -> list[RunSpec]:
 def recorded_run(run: RunSpec) -> dict:
     """A run as its stages and evaluations record it (params tracking, score and drift metadata): its
     fields with the label its settings give it (the method's default) in place of the config's ``label``.
-    A label only names a run in tables and figures, which take it from :func:`run_labels`, so
+    A label only names a run in tables and figures, which take it from ``RunSpec.label``, so
     relabelling a run reruns its aggregations and figures, not its training or evaluations; a run
     without a ``label`` records what it recorded before the two were apart."""
     return {**run.to_dict(), "label": get_method(run.method).default_label(run)}
-
-
-def run_labels(runs: list[RunSpec]) -> dict[str, str]:
-    """Each run's name -> the label its tables and figures show (the config's ``label``, else the default)."""
-    return {run.name: run.label for run in runs}
 
 
 def run_by_name(config: dict, name: str) -> RunSpec:
