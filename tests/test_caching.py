@@ -195,7 +195,8 @@ def test_the_aggregations_show_the_configs_label_over_the_recorded_one(smoke_res
     cfg = validate_config(smoke_config())
     runs = {r.name: {"label": r.label, "method": r.method, "alpha": r.alpha, "seed": r.seed} for r in expand_runs(cfg)}
     runs["grpo_s0"]["label"] = "GRPO (renamed)"
-    scores = sorted(str(p) for p in smoke_results.glob("**/scores.json"))
+    scores = sorted(str(p) for p in smoke_results.glob("base/eval/seed-*/scores.json"))
+    scores += sorted(str(p) for p in (smoke_results / "runs").glob("**/eval/*/scores.json"))
     params = sorted(str(p) for p in (smoke_results / "runs").glob("**/drift_params.csv"))
     responses = sorted(str(p) for p in (smoke_results / "runs").glob("*/response_drift.csv"))
     train = cfg["train"]
