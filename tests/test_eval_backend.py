@@ -43,6 +43,10 @@ class _StubVLLM:
 
 
 def test_vllm_backend_gets_enable_thinking_as_its_own_argument(monkeypatch):
+    from sdpocl.vllm_cpu import ENGINE_ENV
+
+    for key, value in ENGINE_ENV.items():  # set on a CPU by vllm_lm: restored after the test
+        monkeypatch.setenv(key, value)
     stub = types.ModuleType("lm_eval.models.vllm_causallms")
     stub.VLLM = _StubVLLM
     monkeypatch.setitem(sys.modules, "lm_eval.models.vllm_causallms", stub)

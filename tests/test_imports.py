@@ -24,7 +24,7 @@ from import_graph import PKG, cycle_path, cycles, import_graph, modules, strongl
 LAYERS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     # the package's __init__ (only itself), atomic writers, prompt templates, the rules' scheduler
     # requests and priorities, the CPU attention every model-running module registers, generation's
-    # shared prefill, its key/value cache, the rows that leave it and its vectorised draws
+    # shared prefill, its key/value cache, the rows that leave it and its vectorised draws; vLLM's CPU adaptations
     "base": (
         (
             "sdpocl",
@@ -37,6 +37,7 @@ LAYERS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
             "sdpocl.kv_cache",
             "sdpocl.finished_rows",
             "sdpocl.multinomial",
+            "sdpocl.vllm_cpu",
         ),
         (),
     ),

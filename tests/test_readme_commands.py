@@ -140,12 +140,23 @@ def check_tensorboard(command: list[str], tmp_path: Path) -> None:
             assert arg.split("=", 1)[0] in proc.stdout, f"`{shlex.join(command)}`: no option {arg}"
 
 
+def check_script(command: list[str], tmp_path: Path) -> None:
+    """A script of the repository's: it exists, is executable and parses."""
+    script = ROOT / command[0]
+    assert script.is_file() and os.access(script, os.X_OK), f"`{command[0]}` is not an executable file"
+    proc = run(["bash", "-n", str(script)])
+    assert proc.returncode == 0, output(proc)
+
+
 CHECKS = {
     "snakemake": check_snakemake,
     "sdpocl": check_sdpocl,
     "pip": check_pip,
     "pytest": check_pytest,
     "tensorboard": check_tensorboard,
+    "tests/with_vllm/make_venv.sh": check_script,
+    # the vLLM test set's venv (tests/with_vllm/make_venv.sh): its options parse with this venv's pytest
+    ".venv-vllm/bin/pytest": check_pytest,
 }
 
 

@@ -28,6 +28,7 @@ from sdpocl.data.benchmarks import OOD_GENERATORS, benchmarks_for
 from sdpocl.data.loaders import OOD_BENCHMARKS as PAPER_OOD
 from sdpocl.data.domains import DOMAINS, Difficulty
 from sdpocl.evaluate.limits import canonical_n_prompts
+from sdpocl.evaluate.tasks import DEFAULT_TOP_K
 from sdpocl.jobserver import ENV as JOB_SERVER_ENV
 from sdpocl.priorities import BASE_PRIORITY, DATA_PRIORITY, stage_priority
 from sdpocl.prompts import resolve_prompt_format
@@ -79,9 +80,12 @@ def difficulty_flag(domain):
 
 #: what a changed value of must re-evaluate: sampling, limits, the prompt format and the scoring limits
 #: (not `evaluate.gpus_per_job`: a resource, which changes no score and must rerun nothing); a
-#: `{domains: N, ood: M}` n_prompts whose limits agree is that one limit (sdpocl.evaluate.limits)
+#: `{domains: N, ood: M}` n_prompts whose limits agree is that one limit (sdpocl.evaluate.limits); a top_k
+#: at its default, which the HF backend applied before the tasks stated it, keeps the evaluations made before
 _EVAL = {
-    **{k: v for k, v in config["evaluate"].items() if k != "gpus_per_job"},
+    **{
+        k: v for k, v in config["evaluate"].items() if k != "gpus_per_job" and not (k == "top_k" and v == DEFAULT_TOP_K)
+    },
     "n_prompts": canonical_n_prompts(config["evaluate"]["n_prompts"], config["evaluate"]["ood"]),
     **resolve_prompt_format(config),
     "rewards": config["rewards"],

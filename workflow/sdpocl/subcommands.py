@@ -94,7 +94,7 @@ def cmd_prepare_benchmark(a) -> None:
 
 
 def cmd_write_eval_task(a) -> None:
-    from sdpocl.evaluate.tasks import write_task_yaml
+    from sdpocl.evaluate.tasks import DEFAULT_TOP_K, write_task_yaml
 
     s = json.loads(a.settings)
     write_task_yaml(
@@ -104,6 +104,7 @@ def cmd_write_eval_task(a) -> None:
         repeats=s["samples"],
         temperature=s["temperature"],
         top_p=s["top_p"],
+        top_k=s.get("top_k", DEFAULT_TOP_K),
         max_gen_toks=s["max_gen_toks"],
         chat_template=bool(s.get("chat_template")),
     )

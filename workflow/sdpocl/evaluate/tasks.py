@@ -25,6 +25,9 @@ from sdpocl.prompts import plain_text
 
 TASK_PREFIX = "sdpocl_"
 FILTER = "all_samples"
+#: ``evaluate.top_k``'s default: transformers' own, which the HF backend applied before the task stated a top-k
+#: (the tiny preset's evaluations were drawn with it); the paper preset's is 0 (off, as upstream's and vLLM's)
+DEFAULT_TOP_K = 50
 
 
 def task_name(benchmark: str) -> str:
@@ -114,10 +117,13 @@ def task_config(
     temperature: float,
     top_p: float,
     max_gen_toks: int,
+    top_k: int = DEFAULT_TOP_K,
     chat_template: bool = False,
 ) -> dict:
     """The task of one benchmark; with ``chat_template`` the prompt is the record's messages (see
-    :mod:`sdpocl.prompts`), to be rendered by ``simple_evaluate(apply_chat_template=True)``."""
+    :mod:`sdpocl.prompts`), to be rendered by ``simple_evaluate(apply_chat_template=True)``. Every sampling
+    setting is stated (temperature, top-p, top-k: 0 is off in both backends), so that the HF backend does not
+    take what a checkpoint's generation config leaves (Qwen3's top-k 20) where vLLM takes its own defaults."""
     cfg = {
         "task": task_name(benchmark),
         "dataset_path": "json",
@@ -132,6 +138,7 @@ def task_config(
             "do_sample": True,
             "temperature": temperature,
             "top_p": top_p,
+            "top_k": top_k,
             "max_gen_toks": max_gen_toks,
         },
         "repeats": repeats,

@@ -67,6 +67,8 @@ def check_vllm(config: dict, gpus: list[tuple[str, int]]) -> Check:
     fix += "SDPOCL_ROLLOUTS=hf for training and evaluate.backend: hf for evaluation"
     if backend == "vllm":
         return Check("vllm", "fail", "vLLM is not installed but evaluate.backend is 'vllm'", fix=fix)
+    if os.environ.get("SDPOCL_ROLLOUTS") == "vllm":
+        return Check("vllm", "fail", "vLLM is not installed but SDPOCL_ROLLOUTS is 'vllm'", fix=fix)
     if not gpus:
         status = "skip" if config.get("preset") == "paper" else "ok"
         return Check("vllm", status, "vLLM not installed; not needed on a CPU node (CPU jobs use transformers)")

@@ -50,6 +50,13 @@ GRPO_COMMON = {
 }
 
 
+#: SDPO's vLLM rollout correction, as upstream (verl's ``rollout_is: token``, ``rollout_is_threshold: 2.0``; GRPO's
+#: is TRL's ``vllm_importance_sampling_*`` above): each token's losses weighted by min(exp(logp_trainer -
+#: logp_vllm), 2), detached (:class:`sdpocl.train.sdpo.MaskedSDPOTrainer`). Set with vLLM rollouts only
+#: (:func:`sdpocl.train.rollouts.rollout_kwargs`): without vLLM the weight is 1, and the tracked stage settings
+#: stay as they were
+SDPO_ROLLOUT_IS_CAP = 2.0
+
 #: the policy term of a hybrid SDPO run takes our GRPO settings (SDPOConfig's own defaults differ:
 #: scale_rewards "group", epsilon_high = epsilon)
 HYBRID_POLICY = {

@@ -5,6 +5,7 @@ distinct (re-)prompt forwarded once (:mod:`sdpocl.train.prefix`)."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import torch
@@ -39,6 +40,13 @@ class MaskedSDPOConfig(AnchorArgs, RolloutScheduleArgs, SDPOConfig):
         default=None,
         metadata={"help": "Cut a re-prompt's demonstration to this many tokens (None: never cut)."},
     )
+    rollout_is_cap: float | None = field(
+        default=None,
+        metadata={
+            "help": "With vLLM rollouts, weight each token's losses by min(exp(logp_trainer - logp_vllm), cap), "
+            "detached (upstream's rollout_is: token); None: no correction (weight 1)."
+        },
+    )
 
     def __post_init__(self):
         super().__post_init__()
@@ -48,6 +56,8 @@ class MaskedSDPOConfig(AnchorArgs, RolloutScheduleArgs, SDPOConfig):
             raise ValueError(f"`confidence_threshold` must be in [0, 1), got {self.confidence_threshold}.")
         if self.beta < 0:
             raise ValueError(f"`beta` must be >= 0, got {self.beta}.")
+        if self.rollout_is_cap is not None and not self.rollout_is_cap > 0:
+            raise ValueError(f"`rollout_is_cap` must be > 0 or None, got {self.rollout_is_cap}.")
         self._check_anchor()
         if DEMO_FIELD not in self.solution_template:
             raise ValueError(f"`solution_template` must contain {DEMO_FIELD}")
@@ -84,7 +94,20 @@ class BudgetedTeacherContextBuilder(SuccessfulRolloutTeacherContextBuilder):
 
 class MaskedSDPOTrainer(RolloutScheduleMixin, SDPOTrainer):
     """SDPOTrainer with random token masking, teacher-confidence filtering, a KL anchor, a budgeted
-    re-prompt and a distilled-token fraction metric."""
+    re-prompt, a distilled-token fraction metric and, with vLLM rollouts, upstream's rollout correction.
+
+    Rollout correction: TRL's SDPOTrainer asks vLLM for no log-probs, so the tokens vLLM sampled (bf16 weights,
+    its own kernels) are distilled as if the trained model had sampled them. Upstream (verl, ``rollout_is:
+    token``, threshold 2) weights each token's loss by w = min(exp(logp_trainer - logp_vllm), 2), detached; GRPO
+    here gets the same from TRL (``vllm_importance_sampling_*``). With ``rollout_is_cap`` set and vLLM rollouts,
+    vLLM's log-probs of its sampled tokens are kept (``sampling_per_token_logps``) and w multiplies the
+    distillation loss per token -- through TRL's own clipped importance ratio (``distillation_is_clip``), whose
+    "old" log-probs are then vLLM's: the SDPO family takes one optimizer step per rollout step, so TRL computes no
+    old log-probs of its own and the student now is the student that the rollout was meant to sample from -- and
+    the hybrid's policy term per token (as verl weights ``pg_losses``). The KL anchor is not weighted (nor in
+    verl). Logged: ``sampling/sampling_logp_difference/mean`` (mean |logp_trainer - logp_vllm|) and
+    ``sampling/importance_sampling_ratio/{mean,min,max,clipped_fraction}``, over the completion tokens of the
+    rows forwarded (the distilled ones, with the exact shortcuts)."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -97,6 +120,14 @@ class MaskedSDPOTrainer(RolloutScheduleMixin, SDPOTrainer):
         if isinstance(getattr(self, "teacher_model", None), nn.Module):
             models.append(self.accelerator.unwrap_model(self.teacher_model))
         self._dropout_free = all(dropout_free(m) for m in models)
+        self._sampled_logps = None  # vLLM's log-probs of the last rollout's sampled tokens
+        if self.rollout_correction:
+            self.vllm_generation.logprobs = 0  # the sampled token's log-prob only (TRL passes None: none at all)
+
+    @property
+    def rollout_correction(self) -> bool:
+        """vLLM samples the rollouts and ``rollout_is_cap`` asks for upstream's correction (class docstring)."""
+        return bool(self.use_vllm and self.args.rollout_is_cap is not None)
 
     #: the exact shortcuts of the module docstring; False: TRL's own computation (tests, benchmarks)
     shortcuts = True
@@ -220,10 +251,83 @@ class MaskedSDPOTrainer(RolloutScheduleMixin, SDPOTrainer):
         scale = self.current_gradient_accumulation_steps if self.model.training else 1.0
         return loss + self.args.beta * self.reference_kl(student_logits, inputs) / scale
 
+    # --- vLLM rollouts: upstream's rollout correction (class docstring) ----------------------------
+
+    def _generate_vllm(self, prompt_ids):
+        """TRL's (weights synced once per optimizer step, then vLLM samples), keeping vLLM's log-probs."""
+        if self.state.global_step != self._last_loaded_step:
+            self.vllm_generation.sync_weights()
+            self._last_loaded_step = self.state.global_step
+        n = self.num_generations if self.model.training else self.num_generations_eval
+        prompt_ids, completion_ids, logprobs, _ = self.vllm_generation.generate(
+            prompts=prompt_ids, images=None, num_generations=n
+        )
+        self._sampled_logps = logprobs
+        return prompt_ids, completion_ids
+
+    def sample_rollouts(self, inputs):
+        self._sampled_logps = None
+        batch = super().sample_rollouts(inputs)
+        if self.rollout_correction:
+            if self._sampled_logps is None:
+                raise RuntimeError("vLLM returned no log-probs of its sampled tokens: no rollout correction possible")
+            batch["sampling_per_token_logps"] = sampled_token_logps(self._sampled_logps, batch["completion_ids"])
+        self._sampled_logps = None
+        return batch
+
+    def _rollout_logps(self, student_logits, inputs, log: bool = True) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """(the student's, the behaviour's) log-probs of the sampled tokens, no grad: the behaviour's are vLLM's
+        (the student's own where vLLM gave none); the weights' metrics logged once per forward (``log``). None
+        without the correction."""
+        sampled = inputs.get("sampling_per_token_logps")
+        if sampled is None or not self.rollout_correction:
+            return None
+        if inputs.get("old_per_token_logps") is not None:
+            raise RuntimeError("the rollout correction assumes one optimizer step per rollout step (no old log-probs)")
+        with torch.no_grad():
+            student = selective_log_softmax(student_logits.detach(), inputs["completion_ids"])
+            behaviour = torch.where(torch.isnan(sampled), student, sampled.to(student.dtype))
+            if log:
+                self._log_rollout_weights(student, behaviour, inputs["completion_mask"])
+        return student, behaviour
+
+    def _log_rollout_weights(self, student, behaviour, mask) -> None:
+        mode = "train" if self.model.training else "eval"
+        mask = mask.bool()
+        diff = (student - behaviour)[mask]
+        weights = rollout_is_weights(student, behaviour, self.args.rollout_is_cap)[mask]
+        nan = torch.tensor(float("nan"), device=student.device)
+        stats = {
+            "sampling/sampling_logp_difference/mean": diff.abs().mean() if diff.numel() else nan,
+            "sampling/importance_sampling_ratio/mean": weights.mean() if weights.numel() else nan,
+            "sampling/importance_sampling_ratio/clipped_fraction": (
+                (diff > math.log(self.args.rollout_is_cap)).float().mean() if diff.numel() else nan
+            ),
+            "sampling/importance_sampling_ratio/min": weights.min() if weights.numel() else nan,
+            "sampling/importance_sampling_ratio/max": weights.max() if weights.numel() else nan,
+        }
+        for key, value in stats.items():
+            gathered = self.accelerator.gather(value.detach().float().reshape(()).to(self.accelerator.device))
+            reduce = {"min": _nanmin, "max": _nanmax}.get(key.rsplit("/", 1)[-1], torch.nanmean)
+            self._metrics[mode][key].append(reduce(gathered).item())
+
+    def _compute_policy_loss(self, inputs, student_logits):
+        """TRL's policy term (the hybrid), each token's advantage times the rollout weight: w * min(r A, clip(r) A)
+        = min(r wA, clip(r) wA) for w > 0, verl's ``pg_losses * rollout_is_weights``."""
+        logps = self._rollout_logps(student_logits, inputs, log=self.args.distillation_weight == 0.0)
+        if logps is not None:
+            weights = rollout_is_weights(*logps, self.args.rollout_is_cap)
+            advantages = inputs["advantages"]
+            advantages = advantages.unsqueeze(1) if advantages.dim() == 1 else advantages
+            inputs = {**inputs, "advantages": advantages * weights.to(advantages.dtype)}
+        return super()._compute_policy_loss(inputs, student_logits)
+
     # --- sparser supervision -------------------------------------------------------------------
 
     def _compute_teacher_student_logits(self, model, teacher_model, inputs):
         out = super()._compute_teacher_student_logits(model, teacher_model, inputs)
+        logps = self._rollout_logps(out.student_logits, inputs)
+        out.behaviour_logps = None if logps is None else logps[1]
         mode = "train" if self.model.training else "eval"
         if self.args.token_mask_prob > 0:
             # drawn by compute_loss over the whole batch (rows selected with it), else here
@@ -254,13 +358,54 @@ class MaskedSDPOTrainer(RolloutScheduleMixin, SDPOTrainer):
         micro-batch (micro-batch 1: nearly every step). Such a rank joins the gather with a zero, and the logged
         loss is the ranks' mean, as on the other path."""
         empty = bool(distillation_logits.loss_mask.sum() == 0)
-        loss = super()._compute_self_distillation_loss(model, inputs, distillation_logits)
+        behaviour = getattr(distillation_logits, "behaviour_logps", None)
+        if behaviour is None:
+            loss = super()._compute_self_distillation_loss(model, inputs, distillation_logits)
+        else:
+            # TRL's clipped importance ratio exp(logp - old).clamp(max=clip) with vLLM's log-probs as the old ones
+            # and the cap as the clip: the rollout weight w (class docstring)
+            clip, self.args.distillation_is_clip = self.args.distillation_is_clip, self.args.rollout_is_cap
+            try:
+                loss = super()._compute_self_distillation_loss(
+                    model, {**inputs, "old_per_token_logps": behaviour}, distillation_logits
+                )
+            finally:
+                self.args.distillation_is_clip = clip
         if empty and self.accelerator.num_processes > 1:
             value = self.accelerator.gather(torch.zeros((), device=self.accelerator.device)).mean().item()
             mode = "train" if model.training else "eval"
             for key in [k for k in self._metrics[mode] if k.endswith("distillation_loss")]:
                 self._metrics[mode][key][-1] = value
         return loss
+
+
+def rollout_is_weights(trainer_logps: torch.Tensor, behaviour_logps: torch.Tensor, cap: float) -> torch.Tensor:
+    """Upstream's token-level rollout correction: min(exp(logp_trainer - logp_behaviour), cap), detached, the
+    log-ratio bounded to +-20 as verl and TRL bound it."""
+    diff = (trainer_logps.detach() - behaviour_logps.detach()).clamp(min=-20.0, max=20.0)
+    return torch.exp(diff).clamp(max=cap)
+
+
+def sampled_token_logps(logprobs: list, completion_ids: torch.Tensor) -> torch.Tensor:
+    """vLLM's log-probs of the sampled tokens (TRL's per-sequence, per-token lists, the sampled token first) as a
+    (rows x completion tokens) tensor beside ``completion_ids``: 0 at padding, NaN where vLLM gave none."""
+    out = torch.zeros(completion_ids.shape, dtype=torch.float32)
+    if len(logprobs) != completion_ids.size(0):
+        raise ValueError(f"{len(logprobs)} sequences of vLLM log-probs for {completion_ids.size(0)} completions")
+    for row, seq in enumerate(logprobs):
+        values = [float("nan") if tok is None or tok[0] is None else tok[0] for tok in seq]
+        out[row, : len(values)] = torch.tensor(values[: out.size(1)], dtype=torch.float32)
+    return out.to(completion_ids.device)
+
+
+def _nanmin(x: torch.Tensor) -> torch.Tensor:
+    x = x[~torch.isnan(x)]
+    return x.min() if x.numel() else torch.tensor(float("nan"))
+
+
+def _nanmax(x: torch.Tensor) -> torch.Tensor:
+    x = x[~torch.isnan(x)]
+    return x.max() if x.numel() else torch.tensor(float("nan"))
 
 
 def teacher_top1_prob(teacher_logits: torch.Tensor) -> torch.Tensor:

@@ -31,7 +31,7 @@ from sdpocl.train.resume import (
     resume_point,
     resume_state_callback,
 )
-from sdpocl.train.rollouts import rollout_kwargs, seeded_vllm
+from sdpocl.train.rollouts import adapt_engine, rollout_kwargs, seeded_vllm
 from sdpocl.train.steplog import progress_callback, step_log, summarize
 from sdpocl.train.weights import has_weights
 
@@ -124,7 +124,7 @@ def build_trainer(
             settings["max_prompt_length"] + settings["max_completion_length"] + 64
         )
     kwargs.update(rollout_kwargs(use_cpu, settings))
-    with seeded_vllm(settings["seed"]):
+    with seeded_vllm(settings["seed"], use_cpu):
         trainer = trainer_cls(
             model=str(parent),
             reward_funcs=reward_funcs,
@@ -133,6 +133,7 @@ def build_trainer(
             processing_class=tokenizer,
             callbacks=list(callbacks),
         )
+    adapt_engine(trainer, use_cpu)
     if trainer.shortcuts and trainer.share_prefixes:  # rollouts by transformers' generate prefill each prompt once
         share_generation_prefill(trainer.accelerator.unwrap_model(trainer.model))
     return trainer
@@ -415,7 +416,12 @@ def _rollout_is(family: str, args) -> str:
             f"TRL vLLM importance sampling, {args.vllm_importance_sampling_mode}, "
             f"cap {args.vllm_importance_sampling_clip_max}"
         )
-    return "ABSENT: TRL's SDPOTrainer discards the vLLM log-probs, so SDPO has no rollout IS correction"
+    if getattr(args, "rollout_is_cap", None) is None:
+        return "ABSENT: rollout_is_cap is None, so SDPO's losses take vLLM's tokens as the trainer's own"
+    return (
+        f"token-level, min(exp(logp_trainer - logp_vllm), {args.rollout_is_cap}), detached, on the distillation "
+        "loss and the policy term (sdpocl MaskedSDPOTrainer, as upstream's rollout_is: token)"
+    )
 
 
 def _versions() -> dict:

@@ -103,6 +103,13 @@ LOG_KEYS = {
     "self_distillation/policy_loss": "policy_loss",
     "kl": "kl",
     "confidence_kept_fraction": "confidence_kept_fraction",
+    # vLLM rollouts: the trainer's vs vLLM's log-probs of the sampled tokens, and the rollout correction's weights
+    "sampling/sampling_logp_difference/mean": "rollout_logp_abs_diff",
+    "sampling/sampling_logp_difference/max": "rollout_logp_abs_diff_max",
+    "sampling/importance_sampling_ratio/mean": "rollout_is_weight_mean",
+    "sampling/importance_sampling_ratio/min": "rollout_is_weight_min",
+    "sampling/importance_sampling_ratio/max": "rollout_is_weight_max",
+    "sampling/importance_sampling_ratio/clipped_fraction": "rollout_is_clipped_fraction",
 }
 
 
