@@ -19,7 +19,7 @@ import pytest
 SCRIPT = Path(__file__).parent / "dist" / "frozen_ranks.py"
 
 
-CASES = ("trl", "frozen", "ema", "resume", "prefix")
+CASES = ("trl", "frozen", "ema", "resume", "prefix", "finite")
 
 
 def run_ranks(model_dir, work, cases) -> dict:
@@ -48,6 +48,15 @@ def run_ranks(model_dir, work, cases) -> dict:
 @pytest.fixture(scope="module")
 def ranks(tiny_standin, tmp_path_factory):
     return run_ranks(tiny_standin[0], tmp_path_factory.mktemp("ranks"), CASES)
+
+
+def test_diverged_weights_are_decided_alike_on_every_rank(ranks):
+    """train_stage asks "are the weights finite?" after trainer.train raises (diverged: record a collapse; else
+    re-raise). Asked of each rank's own shard, rank 0 says finite and re-raises while rank 1 waits for it at the
+    next collective; sdpocl.train.frozen.weights_finite sums the ranks' counts."""
+    r = ranks["finite"]
+    assert r[0]["rank_local"] is True and r[1]["rank_local"] is False  # the rank-local test disagrees
+    assert r[0]["across_ranks"] is False and r[1]["across_ranks"] is False
 
 
 def test_trl_way_leaves_rank1_with_zeros_and_the_check_catches_it(ranks):

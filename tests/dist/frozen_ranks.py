@@ -2,7 +2,8 @@
 :mod:`sdpocl.train.frozen` on two ranks, with the environment accelerate's FSDP launch sets
 (``ACCELERATE_USE_FSDP``, ``FSDP_CPU_RAM_EFFICIENT_LOADING``), so transformers loads zeros on rank 1.
 
-Usage: frozen_ranks.py MODEL_DIR WORK_DIR CASE...   (CASE: trl | frozen | ema | resume | prefix; one launch runs them all)
+Usage: frozen_ranks.py MODEL_DIR WORK_DIR CASE...   (CASE: trl | frozen | ema | resume | prefix | finite; one launch
+runs them all)
 Each case prints ``RESULT <case> rank <r> <json>`` lines and exits non-zero on a failed check.
 """
 
@@ -121,6 +122,16 @@ def run_case(model_dir: str, work: str, case: str, mesh) -> None:
             grads.append(torch.cat([p.grad.flatten() for p in ddp.parameters()]))
         values["ddp_grad_rel_diff"] = float((grads[0] - grads[1]).norm() / grads[0].norm())
         report(case, **values)
+    elif case == "finite":
+        # a diverged shard on rank 1 only: today's rank-local test against sdpocl's decision across ranks
+        from sdpocl.train.frozen import weights_finite
+
+        model = build_frozen_copy(model_dir, "student", shard=True, mesh=mesh, **kwargs)
+        if rank == 1:
+            with torch.no_grad():
+                next(model.parameters()).to_local().view(-1)[0] = float("nan")
+        local = all(bool(torch.isfinite(p).all()) for p in model.parameters())
+        report(case, rank_local=local, across_ranks=weights_finite(model))
     else:
         raise SystemExit(f"unknown case {case}")
 

@@ -60,6 +60,9 @@ if not TINY and not os.path.isdir(BASE_MODEL):
     except BaseModelError as exc:
         raise WorkflowError(str(exc)) from None
 THREADS = config["train"]["threads"]
+#: the conda env (--sdm conda) of the rules that run a model: the paper preset's generate with vLLM on a GPU, so
+#: theirs installs the gpu extra; the tiny preset's run transformers on a CPU (relative to workflow/rules/)
+MODEL_ENV = "../../envs/sdpocl-gpu.yaml" if config["preset"] == "paper" else "../../envs/sdpocl.yaml"
 BENCHMARK_NAMES = benchmarks_for(config)
 VARIANT_RUNS = [name for name, run in RUNS.items() if run.is_variant]
 #: paper preset: local mirrors of the hub sources, if configured

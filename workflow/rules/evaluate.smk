@@ -51,7 +51,7 @@ rule evaluate_checkpoint:
     benchmark:
         f"{RESULTS}/benchmarks/evaluate/{{run}}/{{chain}}/{{ckpt}}.tsv"
     conda:
-        "../../envs/sdpocl.yaml"
+        MODEL_ENV
     threads: THREADS
     resources:
         **job_resources(config, "evaluate_checkpoint"),  # config evaluate.gpus_per_job
@@ -84,7 +84,7 @@ rule evaluate_base:
     benchmark:
         f"{RESULTS}/benchmarks/evaluate/base/seed-{{seed}}.tsv"
     conda:
-        "../../envs/sdpocl.yaml"
+        MODEL_ENV
     threads: THREADS
     resources:
         **job_resources(config, "evaluate_base"),  # config evaluate.gpus_per_job

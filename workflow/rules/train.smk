@@ -19,7 +19,7 @@ rule train_stage:
         f"{RESULTS}/benchmarks/train/{{run}}/{{chain}}.tsv"
     priority: train_priority  # the stages left in the run: the critical path first (sdpocl.priorities)
     conda:
-        "../../envs/sdpocl.yaml"
+        MODEL_ENV
     threads: THREADS
     resources:
         **job_resources(config, "train_stage"),  # config train.gpus_per_job: --gpus=N on one node
@@ -45,7 +45,7 @@ rule teacher_check:
     log:
         f"{RESULTS}/logs/teacher_check/{{run}}/{{chain}}.log",
     conda:
-        "../../envs/sdpocl.yaml"
+        MODEL_ENV
     threads: THREADS
     resources:
         **job_resources(config, "teacher_check"),

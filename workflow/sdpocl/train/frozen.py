@@ -34,6 +34,7 @@ __all__ = [
     "distributed",
     "load_from_rank0",
     "shard_per_layer",
+    "weights_finite",
 ]
 
 
@@ -47,6 +48,23 @@ def distributed() -> bool:
 
 def _rank() -> int:
     return torch.distributed.get_rank() if distributed() else 0
+
+
+def weights_finite(model: nn.Module) -> bool:
+    """Every parameter finite, decided alike on every rank: each rank counts the non-finite tensors of its own
+    shards (a DTensor's local part: ``torch.isfinite(p).all()`` on a DTensor reads this rank's shard only, so
+    ranks disagree about one tensor) and the counts are summed across ranks. A collective: every rank calls it."""
+    count = 0
+    for p in model.parameters():
+        local = p.to_local() if hasattr(p, "to_local") else p
+        count += int(not bool(torch.isfinite(local.detach()).all()))
+    if distributed():
+        total = torch.tensor(count, dtype=torch.int64)
+        if torch.distributed.get_backend() == "nccl":
+            total = total.cuda()
+        torch.distributed.all_reduce(total)
+        count = int(total)
+    return count == 0
 
 
 def shard_per_layer(model: nn.Module, *, mesh=None, mp_policy=None, reshard_after_forward: bool = True) -> int:

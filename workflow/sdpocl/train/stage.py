@@ -20,7 +20,7 @@ from pathlib import Path
 
 from sdpocl.io import read_jsonl, write_json, write_jsonl
 from sdpocl.prompts import training_prompt
-from sdpocl.train.frozen import check_shards, distributed, load_from_rank0
+from sdpocl.train.frozen import check_shards, distributed, load_from_rank0, weights_finite
 from sdpocl.train.methods import MITIGATION_DEFAULTS
 from sdpocl.train.plan import BatchPlan, batch_plan, trainer_kwargs
 from sdpocl.train.resume import (
@@ -328,8 +328,9 @@ def train_stage(
         trainer.train(resume_from_checkpoint=str(resume) if resume else None)
     except RuntimeError as exc:
         # Diverged weights make sampling itself fail ("probability tensor contains inf/nan");
-        # that is a collapse of this stage, not a crash of the grid.
-        if all(torch.isfinite(p).all() for p in trainer.model.parameters()):
+        # that is a collapse of this stage, not a crash of the grid. Decided across ranks (each holds a shard),
+        # so that no rank re-raises while the others wait for it at the next collective.
+        if weights_finite(trainer.model):
             raise
         step = plan.rollout_step(trainer.state.global_step) + 1
         diverged = f"non-finite weights at step {step}: {str(exc).splitlines()[0]}"
@@ -337,8 +338,7 @@ def train_stage(
 
     # --- declared outputs; under several processes every rank takes part in gathering weights ---
     trainer.accelerator.wait_for_everyone()
-    nonfinite = sum(int(not torch.isfinite(p).all()) for p in trainer.model.parameters())
-    finite = int(trainer.accelerator.reduce(torch.tensor(nonfinite, device=trainer.accelerator.device), "sum")) == 0
+    finite = weights_finite(trainer.model)
     model_from = "final"
     if not finite:
         # A diverged stage hands on its last finite weights (else its parent's), so that the
