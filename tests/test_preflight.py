@@ -62,9 +62,16 @@ def no_vllm(monkeypatch):
 QWEN3_4B = dict(hidden=2560, layers=36, vocab=151936, prompt_tokens=2048, response_tokens=8192)
 
 
-def qwen3_4b_info(tmp_path) -> pf.ModelInfo:
+def qwen3_4b_info(tmp_path, kv_per_token: int = 147_456) -> pf.ModelInfo:
     return pf.ModelInfo(
-        path=tmp_path, n_params=4_022_468_096, file_bytes=8_044_936_192, hidden=2560, layers=36, vocab=151936, tied=True
+        path=tmp_path,
+        n_params=4_022_468_096,
+        file_bytes=8_044_936_192,
+        hidden=2560,
+        layers=36,
+        vocab=151936,
+        tied=True,
+        kv_per_token=kv_per_token,
     )
 
 
@@ -254,8 +261,10 @@ def test_memory_estimate_by_hand_for_qwen3_4b():
 def test_memory_estimate_by_hand_without_teacher_and_on_other_gpu_counts():
     """GRPO (no teacher): states 16 B x 4.02e9 / 4 = 14.97567, gathered 2 layers = 2/3 x 0.56361 = 0.37574,
     logits halved = 6.95508; update = 14.97567 + 0.37574 + 1.75781 + 6.95508 + 1 + 1.5 = 26.5643.
-    SDPO on 2 GPUs: states double (37.43917); rollout 37.43917 + 1 + 24 = 62.43917 (78% of 80 GiB: more than
-    the 75% an estimate may fill); on 8: states 9.35979, rollout 34.35979 (docs/paper-preset.md: ~34 GB)."""
+    SDPO on 2 GPUs: states double (37.43917); rollout 37.43917 + 1 + 24 = 62.43917, update 37.43917 + 0.56361 +
+    1.75781 + 13.91016 + 1 + 1.5 = 56.17075; on 8: states 9.35979, rollout 34.35979. Fitting: the update phase
+    within 75% of the GPU (60 GiB), the rollout phase within the 90% the engine's share may fill (72 GiB):
+    2 GPUs fit (56.2 <= 60, 62.4 <= 72); 1 does not (update 93.6)."""
     grpo = pf.train_memory_estimate(4.02e9, 4, **QWEN3_4B, teacher=False)
     assert grpo["teacher"] == 0 and "vllm" not in grpo and "total" not in grpo
     assert grpo["gathered"] == pytest.approx(0.37574, abs=1e-4)
@@ -267,28 +276,83 @@ def test_memory_estimate_by_hand_without_teacher_and_on_other_gpu_counts():
 
     assert at(2)["total"] == pytest.approx(62.43917, abs=1e-4)
     assert at(8)["total"] == pytest.approx(34.35979, abs=1e-4)
-    assert pf.min_gpus(at, 80) == 4  # 2 GPUs: 62.4 GiB > 0.75 x 80 = 60; 4: 43.7
+    assert pf.min_gpus(at, 80) == 2
     # a KL reference adds one more sharded fp32 copy: 4 B x 4.02e9 / 4 = 3.74392
     ref = pf.train_memory_estimate(4.02e9, 4, **QWEN3_4B, reference=True, gpu_memory_gib=80)
     assert ref["total"] - at(4)["total"] == pytest.approx(3.74392, abs=1e-4)
 
 
 def test_memory_check_against_the_visible_gpu(monkeypatch, paper, tmp_path):
+    """The engine's share sized as the train job sizes it: on 4 GPUs (0.9 x 80 - 18.71958 - 1) / 80 = 0.65351, so
+    the rollout phase fills 72.0 GiB; on 2, 0.41951 (update 56.2 <= 60: fits); on 1 the update phase (93.6 GiB)
+    does not fit."""
     info = qwen3_4b_info(tmp_path)
     gpus = [("NVIDIA H100 80GB HBM3", 80 * GIB)] * 4
     monkeypatch.delenv("SDPOCL_VLLM_MEMORY", raising=False)
-    check, need = pf.check_memory(paper, info, gpus)  # 4 GPUs per job: 43.7 GiB
-    assert check.status == "ok" and "~43.7 GiB per GPU of 80.0" in check.message
-    assert need == pf.GpuNeed(fewest=4, assumed=False)
-    check, _ = pf.check_memory(with_base(paper, tmp_path, gpus_per_job=2), info, gpus)  # 62.4 > 60
-    assert check.status == "warn" and "under 25% headroom" in check.message
-    check, _ = pf.check_memory(with_base(paper, tmp_path, gpus_per_job=1), info, gpus)  # 99.9 GiB
+    check, need = pf.check_memory(paper, info, gpus)
+    assert check.status == "ok" and "~72.0 GiB per GPU of 80.0" in check.message
+    assert need == pf.GpuNeed(fewest=2, assumed=False)
+    assert any(d.startswith("rollouts: vLLM gets 0.65 of 80.0 GiB (sized to 90% of the GPU") for d in check.details)
+    assert any("whose KV cache also holds a step's sequences at full length: 8" in d for d in check.details)
+    check, _ = pf.check_memory(with_base(paper, tmp_path, gpus_per_job=2), info, gpus)
+    assert check.status == "ok"
+    check, _ = pf.check_memory(with_base(paper, tmp_path, gpus_per_job=1), info, gpus)  # update 93.6 GiB
     assert check.status == "fail" and "does not fit" in check.message
-    assert "train.gpus_per_job: 4" in check.fix and "SDPOCL_VLLM_MEMORY" in check.fix
-    # a smaller vLLM share is counted: rollout 18.7 + 1 + 16 = 35.7 < update 37.5
+    assert "train.gpus_per_job: 2" in check.fix
+    # a share the user sets is taken as it is: rollout 18.7 + 1 + 16 = 35.7 < update 37.5
     monkeypatch.setenv("SDPOCL_VLLM_MEMORY", "0.2")
     check, _ = pf.check_memory(paper, info, gpus)
-    assert "~37.5 GiB" in check.message
+    assert "~37.5 GiB" in check.message and any("(SDPOCL_VLLM_MEMORY 0.2)" in d for d in check.details)
+
+
+def test_the_engines_share_is_sized_to_what_the_trainer_keeps():
+    """Qwen3-4B shapes (4.02e9 parameters, 147,456 B of KV cache per token), SDPO on 4 GPUs of 80 GiB, 10,240-token
+    sequences, 64 per rank per step. By hand: the trainer keeps 20 B x 4.02e9 / 4 = 18.71958 GiB; the share
+    (72 - 18.71958 - 1) / 80 = 0.65351 = 52.28042 GiB, less the engine's bf16 weights 7.48783 and its workspace
+    2.5: KV cache 42.29259 GiB = 307,968 tokens = 30.1 sequences. At the former fixed 0.3: 24 - 9.98783 =
+    14.01217 GiB = 102,035 tokens = 10.0 sequences. On 8 GPUs: 0.7705 -> 36.7 sequences >= 32: one wave."""
+    from sdpocl.train.rollouts import rollout_memory
+
+    def at(gpus, fraction=None):
+        return rollout_memory(
+            4.02e9,
+            147_456,
+            80,
+            gpus,
+            teacher=True,
+            reference=False,
+            sequence_tokens=10_240,
+            rank_sequences=256 // gpus,
+            fraction=fraction,
+        )
+
+    sized, fixed = at(4), at(4, 0.3)
+    assert sized.resident_gib == pytest.approx(18.71958, abs=1e-4)
+    assert sized.fraction == pytest.approx(0.6535, abs=1e-4) and sized.sized and not fixed.sized
+    assert sized.kv_gib == pytest.approx(42.29259, abs=1e-3) and fixed.kv_gib == pytest.approx(14.01217, abs=1e-4)
+    assert sized.sequences == pytest.approx(30.07, abs=0.01) and fixed.sequences == pytest.approx(9.96, abs=0.01)
+    assert not sized.in_one_wave and at(8).in_one_wave and at(8).sequences == pytest.approx(36.7, abs=0.1)
+
+
+def test_a_train_job_on_a_gpu_sizes_its_engine(monkeypatch, tiny_standin):
+    """What build_trainer hands TRL on a GPU: the share from the stage's model files and batch."""
+    from sdpocl.train.rollouts import rollout_kwargs, stage_rollout_memory
+
+    monkeypatch.delenv("SDPOCL_VLLM_MEMORY", raising=False)
+    monkeypatch.setattr("sdpocl.train.rollouts.vllm_installed", lambda: True)
+    settings = {
+        "family": "sdpo",
+        "method_settings": {},
+        "max_prompt_length": 2048,
+        "max_completion_length": 8192,
+        "prompts_per_step": 32,
+        "num_generations": 8,
+    }
+    memory = stage_rollout_memory(settings, tiny_standin[0], 4, 80.0)
+    assert memory.rank_sequences == 64 and memory.sequence_tokens == 10_240 and memory.kv_tokens > 0
+    assert rollout_kwargs(False, settings, memory)["vllm_gpu_memory_utilization"] == memory.fraction > 0.85
+    monkeypatch.setenv("SDPOCL_VLLM_MEMORY", "0.4")
+    assert stage_rollout_memory(settings, tiny_standin[0], 4, 80.0).fraction == 0.4
 
 
 def test_memory_without_a_gpu_prints_the_estimate_only(monkeypatch, paper, tiny, tmp_path):

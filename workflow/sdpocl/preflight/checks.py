@@ -10,7 +10,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sdpocl.preflight.disk import grid_disk_estimate
-from sdpocl.preflight.memory import GIB, HEADROOM, VLLM_ASLEEP_GIB, estimate_for, grid_shape, min_gpus, vllm_fraction
+from sdpocl.preflight.memory import (
+    GIB,
+    HEADROOM,
+    VLLM_ASLEEP_GIB,
+    estimate_for,
+    fits,
+    grid_shape,
+    min_gpus,
+    vllm_fraction,
+)
 from sdpocl.preflight.probes import ModelInfo, inspect_model, model_shape, resolve_base, visible_gpus, vllm_version
 from sdpocl.preflight.report import Check
 from sdpocl.preflight.slurm import DEFAULT_PROFILE, read_profile, requested_gpus, rule_resources, slurm_requests
@@ -138,14 +147,25 @@ def check_base(config: dict, results: str | Path) -> tuple[Check, ModelInfo | No
 
 
 def _estimate_lines(est: dict) -> tuple[str, ...]:
+    from sdpocl.train.rollouts import FALLBACK_FRACTION
+
     states = ", ".join(f"{k} {est[k]:.1f}" for k in ("weights", "grads", "adam", "teacher", "reference") if est[k])
     work = ", ".join(f"{k} {est[k]:.1f}" for k in ("gathered", "activations", "logits"))
-    share = f"SDPOCL_VLLM_MEMORY {vllm_fraction():g}"
-    return (
+    memory = est.get("rollout_memory")
+    if vllm_fraction() is not None:
+        share = f"SDPOCL_VLLM_MEMORY {vllm_fraction():g}"
+    elif memory is not None:
+        share = f"{memory.fraction:.2f} of the GPU, sized by the train job"
+    else:
+        share = f"{FALLBACK_FRACTION:g} of the GPU: no model config to size it by"
+    lines = [
         f"per GPU (GiB): sharded states {est['states']:.1f} ({states}), overhead {est['overhead']:.1f}",
-        f"rollout: states + overhead + vLLM {est['vllm']:.1f} ({share} of the GPU) = {est['rollout']:.1f}",
+        f"rollout: states + overhead + vLLM {est['vllm']:.1f} ({share}) = {est['rollout']:.1f}",
         f"update: states + {work} + overhead + vLLM asleep {VLLM_ASLEEP_GIB:g} = {est['update']:.1f}",
-    )
+    ]
+    if memory is not None:
+        lines.append(f"rollouts: {memory.line()}")
+    return tuple(lines)
 
 
 @dataclass(frozen=True)
@@ -188,23 +208,26 @@ def check_memory(
     estimate = estimate_for(config, shape, mem)
     est = estimate(n)
     fewest = min_gpus(estimate, mem)
+    one_wave = min_gpus(estimate, mem, one_wave=True)
     grid = grid_shape(config)
     details = (
         f"{shape['n_params'] / 1e9:.3f} B parameters, prompt {grid['prompt_tokens']} + response "
         f"{grid['response_tokens']} tokens, micro-batch {grid['micro_batch']}, "
         f"{'SDPO teacher' if grid['teacher'] else 'no teacher'}{', KL reference' if grid['reference'] else ''}",
         *_estimate_lines(est),
-        f"fewest GPUs per job that fit with {1 - HEADROOM:.0%} headroom: {fewest if fewest else 'none of 1, 2, 4, 8'}",
-        "formula: sdpocl.preflight.train_memory_estimate (an estimate, not a measurement)",
+        f"fewest GPUs per job that fit (update phase with {1 - HEADROOM:.0%} headroom, the engine's share as sized): "
+        f"{fewest if fewest else 'none of 1, 2, 4, 8'}; whose KV cache also holds a step's sequences at full length: "
+        f"{one_wave if one_wave else 'none of 1, 2, 4, 8'}",
+        "formula: sdpocl.preflight.train_memory_estimate, sdpocl.train.rollouts.rollout_memory (estimates)",
     )
     head = f"train job on {n} GPU(s): ~{est['total']:.1f} GiB per GPU of {mem:.1f} ({where})"
     fix = (
         f"train.gpus_per_job: {fewest}" if fewest else "more GPUs per job, or a shorter max_completion_length"
-    ) + f", or a smaller SDPOCL_VLLM_MEMORY (now {vllm_fraction():g})"
+    ) + (f", or a smaller SDPOCL_VLLM_MEMORY (now {vllm_fraction():g})" if vllm_fraction() is not None else "")
     need = GpuNeed(fewest, assumed)
-    if est["total"] > mem:
+    if est["total"] > mem or est["update"] > mem:
         return Check("memory", "warn" if assumed else "fail", head + ": does not fit", fix=fix, details=details), need
-    if est["total"] > HEADROOM * mem:
+    if not fits(est, mem):
         return Check("memory", "warn", head + f": under {1 - HEADROOM:.0%} headroom", fix=fix, details=details), need
     if assumed:
         fix = "run preflight on a GPU node, or give the cluster's GPU memory: --gpu-memory-gib 80"

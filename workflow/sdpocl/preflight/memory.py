@@ -3,8 +3,6 @@ no weights, just the base model's shape and the config's lengths."""
 
 from __future__ import annotations
 
-import os
-
 GIB = 2**30
 
 #: CUDA context and NCCL buffers per GPU (an allowance, not a measurement)
@@ -51,8 +49,9 @@ def train_memory_estimate(
     * ``logits``: full-vocabulary logits over the response tokens, bf16 (2 B) plus their fp32 log-softmax
       (4 B), the student's and (SDPO) the teacher's: ``micro_batch x response x vocab x 6 x (2 or 1)``;
     * ``overhead``: CUDA context, NCCL buffers (an allowance, in GiB);
-    * ``vllm``: the colocated vLLM engine while it generates, ``vllm_fraction`` of the GPU (``SDPOCL_VLLM_MEMORY``,
-      default 0.3; sdpocl.train.rollouts); asleep while the trainer steps (TRL's sleep mode), ``vllm_asleep_gib``.
+    * ``vllm``: the colocated vLLM engine while it generates, ``vllm_fraction`` of the GPU (the train job sizes it:
+      :func:`sdpocl.train.rollouts.rollout_memory`; ``SDPOCL_VLLM_MEMORY`` sets it); asleep while the trainer
+      steps (TRL's sleep mode), ``vllm_asleep_gib``.
 
     The peak is the larger of two phases: ``rollout`` = states (weights, grads, adam, teacher, reference) +
     overhead + vllm, and ``update`` = states + gathered + activations + logits + overhead + vLLM asleep.
@@ -93,11 +92,25 @@ def train_memory_estimate(
 HEADROOM = 0.75
 
 
-def min_gpus(estimate_for, gpu_memory_gib: float, choices=(1, 2, 4, 8)) -> int | None:
-    """The fewest GPUs (of ``choices``) whose per-GPU peak (``estimate_for(n)`` with ``gpu_memory_gib``) fits
-    within ``HEADROOM`` of ``gpu_memory_gib``; None if none does."""
+def fits(est: dict, gpu_memory_gib: float) -> bool:
+    """The update phase within :data:`HEADROOM` of the GPU, and the rollout phase within the share the engine is
+    sized to fill (:data:`sdpocl.train.rollouts.ROLLOUT_FILL`: the engine's own share is an allocation, not an
+    estimate) with room in the KV cache for one full-length sequence."""
+    from sdpocl.train.rollouts import ROLLOUT_FILL
+
+    memory = est.get("rollout_memory")
+    kv_ok = memory is None or memory.sequences >= 1
+    rollout_ok = est["rollout"] <= ROLLOUT_FILL * gpu_memory_gib + 1e-6
+    return est["update"] <= HEADROOM * gpu_memory_gib and rollout_ok and kv_ok
+
+
+def min_gpus(estimate_for, gpu_memory_gib: float, choices=(1, 2, 4, 8), one_wave: bool = False) -> int | None:
+    """The fewest GPUs (of ``choices``) whose estimate (``estimate_for(n)`` with ``gpu_memory_gib``) :func:`fits`;
+    with ``one_wave`` also holding every sequence a rank samples in a step at full length. None if none does."""
     for n in choices:
-        if estimate_for(n)["total"] <= HEADROOM * gpu_memory_gib:
+        est = estimate_for(n)
+        memory = est.get("rollout_memory")
+        if fits(est, gpu_memory_gib) and (not one_wave or memory is None or memory.in_one_wave):
             return n
     return None
 
@@ -119,16 +132,38 @@ def grid_shape(config: dict) -> dict:
     }
 
 
-def vllm_fraction() -> float:
-    return float(os.environ.get("SDPOCL_VLLM_MEMORY", "0.3"))
+def vllm_fraction() -> float | None:
+    """``SDPOCL_VLLM_MEMORY`` when set; None: the train job sizes the engine's share (sdpocl.train.rollouts)."""
+    from sdpocl.train.rollouts import env_fraction
+
+    return env_fraction()
 
 
 def estimate_for(config: dict, shape: dict, gpu_memory_gib: float | None):
-    """``gpus -> train_memory_estimate(...)`` for this config and base."""
+    """``gpus -> train_memory_estimate(...)`` for this config and base; with a GPU size, the engine's share as
+    the train job sizes it (or ``SDPOCL_VLLM_MEMORY``) and what its KV cache holds (``rollout_memory``)."""
+    from sdpocl.train.rollouts import FALLBACK_FRACTION, rollout_memory
+
     grid = grid_shape(config)
+    train = config["train"]
 
     def estimate(gpus: int) -> dict:
-        return train_memory_estimate(
+        memory = None
+        fraction = vllm_fraction()
+        if gpu_memory_gib is not None and shape.get("kv_per_token"):
+            memory = rollout_memory(
+                shape["n_params"],
+                shape["kv_per_token"],
+                gpu_memory_gib,
+                gpus,
+                teacher=grid["teacher"],
+                reference=grid["reference"],
+                sequence_tokens=grid["prompt_tokens"] + grid["response_tokens"],
+                rank_sequences=int(train["prompts_per_step"]) * int(train["num_generations"]) // max(gpus, 1),
+                fraction=fraction,
+            )
+            fraction = memory.fraction
+        est = train_memory_estimate(
             shape["n_params"],
             gpus,
             hidden=shape["hidden"],
@@ -140,8 +175,11 @@ def estimate_for(config: dict, shape: dict, gpu_memory_gib: float | None):
             teacher=grid["teacher"],
             reference=grid["reference"],
             micro_batch=grid["micro_batch"],
-            vllm_fraction=vllm_fraction(),
+            vllm_fraction=FALLBACK_FRACTION if fraction is None else fraction,
             gpu_memory_gib=gpu_memory_gib,
         )
+        if memory is not None:
+            est["rollout_memory"] = memory
+        return est
 
     return estimate

@@ -27,6 +27,7 @@ class ModelInfo:
     dtypes: dict = field(default_factory=dict)
     tokenizer: list = field(default_factory=list)
     chat_template: bool = False
+    kv_per_token: int = 0  # vLLM's bf16 KV cache per token (sdpocl.train.rollouts.kv_bytes_per_token)
 
 
 def visible_gpus() -> list[tuple[str, int]]:
@@ -99,9 +100,8 @@ def _text_config(cfg: dict) -> dict:
 def inspect_model(path: str | Path) -> ModelInfo:
     """Read a model directory's config.json, every safetensors shard's header and its tokenizer files;
     raises (FileNotFoundError, ValueError, safetensors' error) naming what is missing or unreadable."""
-    from safetensors import safe_open
-
-    from sdpocl.train.weights import weight_files
+    from sdpocl.train.rollouts import kv_bytes_per_token
+    from sdpocl.train.weights import shard_parameter_counts, weight_files
 
     path = Path(path)
     if not path.is_dir():
@@ -110,24 +110,19 @@ def inspect_model(path: str | Path) -> ModelInfo:
     if not cfg_file.exists():
         raise FileNotFoundError(f"{path} has no config.json")
     cfg = _text_config(json.loads(cfg_file.read_text()))
-    n_params, file_bytes, dtypes = 0, 0, {}
+    file_bytes, dtypes = 0, {}
     for shard in weight_files(path):
         if not os.access(shard, os.R_OK):
             raise PermissionError(f"{shard} is not readable")
         try:
-            with safe_open(str(shard), framework="pt") as fh:
-                for name in fh.keys():  # noqa: SIM118 - safe_open has keys(), not iteration
-                    sl = fh.get_slice(name)
-                    numel = 1
-                    for d in sl.get_shape():
-                        numel *= d
-                    n_params += numel
-                    dtypes[sl.get_dtype()] = dtypes.get(sl.get_dtype(), 0) + numel
+            for dtype, numel in shard_parameter_counts(shard).items():
+                dtypes[dtype] = dtypes.get(dtype, 0) + numel
         except Exception as exc:
             if isinstance(exc, (FileNotFoundError, PermissionError)):
                 raise
             raise ValueError(f"{shard.name}: unreadable safetensors header ({exc}); a partial download?") from exc
         file_bytes += shard.stat().st_size
+    n_params = sum(dtypes.values())
     tokenizer = [f for f in TOKENIZER_FILES if (path / f).exists()]
     chat = (path / "chat_template.jinja").exists()
     tok_cfg = path / "tokenizer_config.json"
@@ -144,6 +139,7 @@ def inspect_model(path: str | Path) -> ModelInfo:
         dtypes=dtypes,
         tokenizer=tokenizer,
         chat_template=chat,
+        kv_per_token=kv_bytes_per_token(cfg),
     )
 
 
@@ -185,11 +181,21 @@ def model_shape(config: dict, info: ModelInfo | None) -> dict | None:
     for the tiny preset from the config's base section."""
     if info is not None:
         embed = info.vocab * info.hidden * (1 if info.tied else 2)
-        return dict(n_params=info.n_params, hidden=info.hidden, layers=info.layers, vocab=info.vocab, embed=embed)
+        return dict(
+            n_params=info.n_params,
+            hidden=info.hidden,
+            layers=info.layers,
+            vocab=info.vocab,
+            embed=embed,
+            kv_per_token=info.kv_per_token,
+        )
     if config.get("preset") == "tiny":
+        from sdpocl.train.rollouts import kv_bytes_per_token
+
         cfg = tiny_base_config(config["base"])
         embed = cfg["vocab_size"] * cfg["hidden_size"]
         return dict(
+            kv_per_token=kv_bytes_per_token(cfg),
             n_params=params_from_config(cfg),
             hidden=cfg["hidden_size"],
             layers=cfg["num_hidden_layers"],

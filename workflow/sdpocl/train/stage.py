@@ -14,6 +14,7 @@ state directory (:mod:`sdpocl.train.resume`); the per-step log and summary are
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import time
 from pathlib import Path
@@ -31,7 +32,14 @@ from sdpocl.train.resume import (
     resume_point,
     resume_state_callback,
 )
-from sdpocl.train.rollouts import adapt_engine, rollout_kwargs, seeded_vllm
+from sdpocl.train.rollouts import (
+    GIB,
+    adapt_engine,
+    rollout_engine,
+    rollout_kwargs,
+    seeded_vllm,
+    stage_rollout_memory,
+)
 from sdpocl.train.steplog import progress_callback, step_log, summarize
 from sdpocl.train.weights import has_weights
 
@@ -123,7 +131,14 @@ def build_trainer(
         kwargs["max_reprompt_len"] = settings.get("max_reprompt_length") or (
             settings["max_prompt_length"] + settings["max_completion_length"] + 64
         )
-    kwargs.update(rollout_kwargs(use_cpu, settings))
+    memory = None
+    if not use_cpu and rollout_engine(use_cpu) == "vllm":
+        # the engine's share of the GPU, sized to what the trainer keeps while it samples (sdpocl.train.rollouts)
+        total = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory / GIB
+        memory = stage_rollout_memory(settings, parent, batch_plan(settings).world, total)
+        if int(os.environ.get("RANK", "0")) == 0:
+            print(f"[rollouts] {memory.line()}", flush=True)
+    kwargs.update(rollout_kwargs(use_cpu, settings, memory))
     with seeded_vllm(settings["seed"], use_cpu):
         trainer = trainer_cls(
             model=str(parent),

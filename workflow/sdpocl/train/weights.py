@@ -47,3 +47,23 @@ def iter_tensors(model_dir: str | Path, keep: Callable[[str], bool] | None = Non
 
 def load_tensors(model_dir: str | Path, keep: Callable[[str], bool] | None = None) -> dict:
     return dict(iter_tensors(model_dir, keep))
+
+
+def shard_parameter_counts(shard: str | Path) -> dict[str, int]:
+    """Parameters per dtype of one safetensors file, read from its header (no weights)."""
+    from safetensors import safe_open
+
+    counts: dict[str, int] = {}
+    with safe_open(str(shard), framework="pt") as fh:
+        for name in fh.keys():  # noqa: SIM118 - safe_open has keys(), not iteration
+            sl = fh.get_slice(name)
+            numel = 1
+            for d in sl.get_shape():
+                numel *= d
+            counts[sl.get_dtype()] = counts.get(sl.get_dtype(), 0) + numel
+    return counts
+
+
+def parameter_count(model_dir: str | Path) -> int:
+    """Parameters of a model directory's safetensors (headers only)."""
+    return sum(n for shard in weight_files(model_dir) for n in shard_parameter_counts(shard).values())
