@@ -221,9 +221,9 @@ def check_memory(
         "formula: sdpocl.preflight.train_memory_estimate, sdpocl.train.rollouts.rollout_memory (estimates)",
     )
     head = f"train job on {n} GPU(s): ~{est['total']:.1f} GiB per GPU of {mem:.1f} ({where})"
-    fix = (
-        f"train.gpus_per_job: {fewest}" if fewest else "more GPUs per job, or a shorter max_completion_length"
-    ) + (f", or a smaller SDPOCL_VLLM_MEMORY (now {vllm_fraction():g})" if vllm_fraction() is not None else "")
+    fix = (f"train.gpus_per_job: {fewest}" if fewest else "more GPUs per job, or a shorter max_completion_length") + (
+        f", or a smaller SDPOCL_VLLM_MEMORY (now {vllm_fraction():g})" if vllm_fraction() is not None else ""
+    )
     need = GpuNeed(fewest, assumed)
     if est["total"] > mem or est["update"] > mem:
         return Check("memory", "warn" if assumed else "fail", head + ": does not fit", fix=fix, details=details), need
