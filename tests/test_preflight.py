@@ -377,10 +377,13 @@ def test_grid_disk_estimate_by_hand(paper, tmp_path):
     est = pf.grid_disk_estimate(paper, 10**9, tmp_path)
     assert (est["stages"], est["done"], est["model_bytes"]) == (45, 0, 4 * 10**9)
     assert est["kept"] == 234 * 4 * 10**9
-    # 18 stages can run at once (9 math + 9 single-domain roots); the largest running stage: SDPO resume
-    # state 16 B/param (16 GB) + 5 checkpoint copies (20 GB); at most `jobs` stages at once
+    # 18 stages can run at once (9 math + 9 single-domain roots); the largest running stage: SDPO's resume state
+    # besides its checkpoints (which are the kept ones, linked), AdamW 8 + EMA teacher 4 + FSDP's model copy 4 (4
+    # GPUs per job) = 16 B/param, twice during a save (old and new side by side): 32 GB; at most `jobs` at once
     assert est["at_once"] == 18
-    assert pf.grid_disk_estimate(paper, 10**9, tmp_path, jobs=1)["transient"] == 36 * 10**9
+    assert pf.grid_disk_estimate(paper, 10**9, tmp_path, jobs=1)["transient"] == 32 * 10**9
+    one_gpu = {**paper, "train": {**paper["train"], "gpus_per_job": 1}}  # no FSDP: 2 x 12 B/param
+    assert pf.grid_disk_estimate(one_gpu, 10**9, tmp_path, jobs=1)["transient"] == 24 * 10**9
     # a finished stage writes nothing more
     done = tmp_path / "runs" / "grpo_s0" / "math"
     done.mkdir(parents=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -14,7 +15,7 @@ from workflow_utils import BIN, ROOT, scheduled_jobs, snakemake
 
 from sdpocl.config import chains_for, expand_runs, load_config, run_by_name, stage_settings
 from sdpocl.train.curves import ROOT_ENV, read_scalars, stage_curves_dir
-from sdpocl.train.weights import has_weights
+from sdpocl.train.weights import has_weights, parameter_count
 
 pytestmark = pytest.mark.slow
 
@@ -119,6 +120,18 @@ def _train(settings, parent, data, out, state, env=None):
     return subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **(env or {})})
 
 
+def assert_written_once(state: Path, step: int, n_params: int, ema_teacher: bool) -> None:
+    """A save's bytes, each file counted once however many names it has: the trainer's model (4 B per
+    parameter), AdamW's moments (8), the EMA teacher (4); ``weights/step-N`` links to the trainer's model."""
+    ckpt, weights = state / f"resume-step-{step}", state / "weights" / f"step-{step}"
+    files = [p for d in (ckpt, weights) for p in d.iterdir() if p.is_file()]
+    assert os.stat(weights / "model.safetensors").st_ino == os.stat(ckpt / "model.safetensors").st_ino
+    written = sum({os.stat(p).st_ino: p.stat().st_size for p in files}.values())
+    expected = (16 if ema_teacher else 12) * n_params
+    print(f"[save] {written / n_params:.2f} bytes per parameter ({written:,} B, {n_params:,} parameters)")
+    assert expected <= written < expected + 0.5 * n_params + 200_000, (written, expected)
+
+
 @pytest.mark.parametrize("run_name", ["sdpo_a0.05_s0", "grpo_s0"])
 def test_resume_after_kill_matches_uninterrupted(smoke_results, tmp_path, run_name):
     config = load_config(ROOT / "config/smoke.yaml")
@@ -142,6 +155,7 @@ def test_resume_after_kill_matches_uninterrupted(smoke_results, tmp_path, run_na
     assert not (tmp_path / "resumed" / "summary.json").exists()
     assert (tmp_path / "resumed_state" / "resume-step-4" / "COMPLETE").exists()
     assert not (tmp_path / "resumed_state" / "resume-step-2").exists()  # only the latest resume state is kept
+    assert_written_once(tmp_path / "resumed_state", 4, parameter_count(parent), ema_teacher=run_name.startswith("sdpo"))
     curves_dir = stage_curves_dir(tmp_path / "tensorboard", run_name, ["math"])
     assert [step for step, _ in read_scalars(curves_dir)["reward"]] == [1, 2, 3, 4]
     # a job killed later than its checkpoint has logged steps the resumed stage logs again

@@ -9,9 +9,15 @@ from pathlib import Path
 #: sdpocl.train.plan) and every checkpoint and final model is saved from them
 SAVED_BYTES_PER_PARAM = 4
 
-#: a stage's resume state (``resume-step-N``, only the latest kept): fp32 model + AdamW's two fp32
-#: moments (+ the fp32 EMA teacher of SDPO runs)
-RESUME_BYTES_PER_PARAM = {"grpo": 4 + 8, "sdpo": 4 + 8 + 4}
+#: a stage's resume state (``resume-step-N``, only the latest kept) besides the model it saves, whose files are the
+#: checkpoint that is kept (linked, not copied: sdpocl.train.resume): AdamW's two fp32 moments (+ the fp32 EMA
+#: teacher of SDPO runs)
+RESUME_BYTES_PER_PARAM = {"grpo": 8, "sdpo": 8 + 4}
+#: under FSDP (a train job on several GPUs) the trainer's resume also writes its own fp32 copy of the model
+#: (accelerate's ``pytorch_model_fsdp.bin``, read back when it resumes)
+FSDP_RESUME_MODEL_BYTES_PER_PARAM = 4
+#: during a save the previous resume state goes only once the new one is complete: the two side by side
+RESUME_STATES_DURING_SAVE = 2
 
 
 def grid_stages(config: dict) -> list[tuple[object, tuple[str, ...]]]:
@@ -28,9 +34,10 @@ def grid_disk_estimate(
 
     * ``kept``: per stage, ``steps // save_every`` checkpoints + the final model, each ``4 x n_params``
       (fp32, as saved);
-    * ``transient``: per stage while it runs, its resume state (fp32 model + AdamW moments (+ teacher):
-      ``RESUME_BYTES_PER_PARAM``) and the copies of its checkpoints in the state folder, for as many
-      stages at once as can run (one per chain that starts from the base, at most ``jobs``);
+    * ``transient``: per stage while it runs, its resume state besides the checkpoints (AdamW moments (+ teacher),
+      ``RESUME_BYTES_PER_PARAM``, + the FSDP trainer's model copy on several GPUs), twice during a save (the old
+      and the new side by side), for as many stages at once as can run (one per chain that starts from the
+      base, at most ``jobs``); the checkpoints in the state folder are the kept ones, linked;
     * ``base``: ``base_bytes``, a base model still to be downloaded into the results folder.
     """
     from sdpocl.chain import stage_dir
@@ -38,6 +45,7 @@ def grid_disk_estimate(
 
     model = SAVED_BYTES_PER_PARAM * n_params
     every = config["train"]["save_every"]
+    fsdp = int(config["train"].get("gpus_per_job") or 0) > 1
     kept, stages, done, peaks = 0, 0, 0, []
     for run, chain in grid_stages(config):
         if (Path(stage_dir(str(results), run.name, chain)) / "summary.json").exists():
@@ -47,7 +55,8 @@ def grid_disk_estimate(
         stages += 1
         kept += (ckpts + 1) * model
         family = get_method(run.method).family
-        peaks.append(RESUME_BYTES_PER_PARAM[family] * n_params + ckpts * model)
+        state = RESUME_BYTES_PER_PARAM[family] + (FSDP_RESUME_MODEL_BYTES_PER_PARAM if fsdp else 0)
+        peaks.append(RESUME_STATES_DURING_SAVE * state * n_params)
     roots = sum(1 for _, chain in grid_stages(config) if len(chain) == 1)
     at_once = min(roots, jobs) if jobs else roots
     transient = sum(sorted(peaks, reverse=True)[:at_once])

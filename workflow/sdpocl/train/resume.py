@@ -1,9 +1,15 @@
 """A stage's resume state, outside its declared outputs (Snakemake deletes those before a rerun).
 
-``resume-step-N/`` is the latest complete trainer checkpoint (optimizer, scheduler, RNG, EMA teacher;
-only the latest is kept) and ``weights/step-N/`` the model of every save, copied into ``checkpoints/``
+``resume-step-N/`` is the latest complete trainer checkpoint (model, optimizer, scheduler, RNG, EMA teacher;
+only the latest is kept) and ``weights/step-N/`` the model of every save, linked into ``checkpoints/``
 when the stage ends. A checkpoint counts only once it is complete (``COMPLETE`` written last), and
 resume state is valid only for the settings and inputs whose fingerprint it records.
+
+Each thing is written once: ``weights/step-N`` holds hard links to the model files the trainer's own save
+wrote into its checkpoint (a full, loadable model: ``save_model`` with the config and tokenizer; under FSDP
+gathered as a full state dict), not a second copy, and ``checkpoints/`` links to those (:func:`link_tree`).
+The student's bytes go to disk once per save, where they went three times before (the trainer's model,
+``weights/step-N``, the copy into ``checkpoints/``).
 """
 
 from __future__ import annotations
@@ -21,6 +27,37 @@ from sdpocl.train.weights import load_tensors
 COMPLETE = "COMPLETE"  # marker written last into a resume checkpoint
 RESUME = "resume-step-"  # full trainer state, named by rollout step
 WEIGHTS = "weights"  # weights/step-N: the model of every save
+#: what a trainer checkpoint holds besides the model (its config, weights and tokenizer)
+TRAINER_STATE = (
+    "optimizer",
+    "scheduler",
+    "scaler",
+    "rng_state",
+    "trainer_state",
+    "training_args",
+    "pytorch_model_fsdp",
+)
+TEACHER_FILE = "teacher.safetensors"
+
+
+def model_files(checkpoint: Path) -> list[Path]:
+    """The model's files in a trainer checkpoint: everything but the trainer's state and the teacher."""
+    return [
+        p
+        for p in sorted(checkpoint.iterdir())
+        if p.is_file() and p.name not in (TEACHER_FILE, COMPLETE) and not p.name.startswith(TRAINER_STATE)
+    ]
+
+
+def link_tree(src: Path, dst: Path, files: list[Path] | None = None) -> None:
+    """``dst`` with hard links to ``src``'s files (or ``files``): no bytes written; a copy where the file system
+    takes no link (another device)."""
+    dst.mkdir(parents=True, exist_ok=True)
+    for path in files if files is not None else sorted(p for p in src.iterdir() if p.is_file()):
+        try:
+            os.link(path, dst / path.name)
+        except OSError:
+            shutil.copy2(path, dst / path.name)
 
 
 def fingerprint(settings: dict, parent: str) -> str:
@@ -53,7 +90,7 @@ def resume_state_callback(plan: BatchPlan, state_dir: Path, tokenizer):
     from transformers import TrainerCallback
 
     class ResumeState(TrainerCallback):
-        """After each save: keep the model as ``weights/step-N`` (a full, loadable model), save the EMA
+        """After each save: keep the model as ``weights/step-N`` (a full, loadable model, linked), save the EMA
         teacher, rename the trainer checkpoint to ``resume-step-N``, mark it complete, drop older ones."""
 
         teacher = None
@@ -63,10 +100,8 @@ def resume_state_callback(plan: BatchPlan, state_dir: Path, tokenizer):
 
             step = plan.rollout_step(state.global_step)
             ckpt = Path(args.output_dir) / f"checkpoint-{state.global_step}"
-            model = kwargs["model"]
-            # every rank takes part in gathering (FSDP); rank 0 writes full safetensors models, whatever
-            # format the trainer's own checkpoint has (FSDP checkpoints hold sharded state, not a model)
-            student = full_state_dict(model)
+            # every rank takes part in gathering the teacher (FSDP); rank 0 writes it. The student is the
+            # model the trainer's save wrote into the checkpoint (module docstring): linked, not written again
             teacher = full_state_dict(self.teacher) if self.teacher is not None else None
             if distributed():
                 # every rank has written its part of the trainer checkpoint (its RNG state) before rank 0 moves it
@@ -76,11 +111,15 @@ def resume_state_callback(plan: BatchPlan, state_dir: Path, tokenizer):
             if not state.is_world_process_zero:
                 return
             if teacher is not None:
-                save_file(teacher, str(ckpt / "teacher.safetensors"))
+                save_file(teacher, str(ckpt / TEACHER_FILE))
+            files = model_files(ckpt)
+            if not any(p.suffix == ".safetensors" for p in files):
+                raise RuntimeError(f"{ckpt} holds no model weights: the trainer's save must write a full model")
             weights, tmp = state_dir / WEIGHTS / f"step-{step}", state_dir / WEIGHTS / f"tmp-step-{step}"
             shutil.rmtree(tmp, ignore_errors=True)
-            getattr(model, "module", model).save_pretrained(tmp, state_dict=student, safe_serialization=True)
-            tokenizer.save_pretrained(tmp)
+            link_tree(ckpt, tmp, files)
+            if not (tmp / "tokenizer_config.json").exists():
+                tokenizer.save_pretrained(tmp)
             shutil.rmtree(weights, ignore_errors=True)
             os.replace(tmp, weights)
             final = state_dir / f"{RESUME}{step}"

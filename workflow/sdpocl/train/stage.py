@@ -29,6 +29,7 @@ from sdpocl.train.resume import (
     WEIGHTS,
     fingerprint,
     last_finite_weights,
+    link_tree,
     resume_point,
     resume_state_callback,
 )
@@ -371,7 +372,7 @@ def train_stage(
         if not weights.name[5:].isdigit():
             continue  # an unfinished copy
         shutil.rmtree(ckpt_root / weights.name, ignore_errors=True)
-        shutil.copytree(weights, ckpt_root / weights.name)
+        link_tree(weights, ckpt_root / weights.name)  # hard links: each checkpoint's bytes were written once
 
     log = step_log(trainer.state.log_history, plan)
     write_jsonl(out_dir / "train_log.jsonl", log)
