@@ -19,7 +19,7 @@ import pytest
 SCRIPT = Path(__file__).parent / "dist" / "frozen_ranks.py"
 
 
-CASES = ("trl", "frozen", "ema", "resume", "prefix", "finite")
+CASES = ("trl", "frozen", "ema", "resume", "prefix", "finite", "reference")
 
 
 def run_ranks(model_dir, work, cases) -> dict:
@@ -48,6 +48,38 @@ def run_ranks(model_dir, work, cases) -> dict:
 @pytest.fixture(scope="module")
 def ranks(tiny_standin, tmp_path_factory):
     return run_ranks(tiny_standin[0], tmp_path_factory.mktemp("ranks"), CASES)
+
+
+def test_grpo_kl_reference_sharded_per_layer_scores_as_the_full_model(ranks):
+    """GRPO's KL reference under FSDP is built as SDPO's teacher (sharded per decoder layer, not one unit that
+    gathers the whole model for every forward) with TRL's fused LM head: each rank's completion log-probs are the
+    plain model's."""
+    r = ranks["reference"]
+    for rank in (0, 1):
+        assert r[rank]["scored"] > 0 and r[rank]["max_abs_diff"] < 1e-5
+
+
+def test_grpo_trainer_builds_its_kl_reference_as_a_checked_frozen_copy_under_fsdp(monkeypatch):
+    """The wiring (accelerate runs CPU ranks as DDP): under FSDP, SchedGRPOTrainer replaces TRL's one-unit
+    reference with :func:`sdpocl.train.fsdp.frozen_copy` of the reference's weights and adds the fused head."""
+    from types import SimpleNamespace
+
+    from sdpocl.train import grpo
+
+    built, fused = [], []
+    monkeypatch.setattr(grpo, "frozen_copy", lambda tr, source, what: built.append((source, what)) or "R")
+    monkeypatch.setattr(grpo, "add_fused_lm_head", lambda model, **kw: fused.append((model, kw)))
+    monkeypatch.setattr(grpo, "kl_reference_path", lambda tr: "/results/base/model")
+    trainer = object.__new__(grpo.SchedGRPOTrainer)
+    trainer.__dict__.update(
+        args=SimpleNamespace(kl_reference="base", cast_lm_head_to_fp32=False),
+        ref_model="TRL's one-unit reference",
+        is_fsdp_enabled=True,
+        temperature=1.0,
+    )
+    trainer._load_reference()
+    assert built == [("/results/base/model", "KL reference")] and trainer.ref_model == "R"
+    assert fused == [("R", {"temperature": 1.0, "cast_lm_head_to_fp32": False})]
 
 
 def test_diverged_weights_are_decided_alike_on_every_rank(ranks):

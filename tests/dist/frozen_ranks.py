@@ -2,8 +2,8 @@
 :mod:`sdpocl.train.frozen` on two ranks, with the environment accelerate's FSDP launch sets
 (``ACCELERATE_USE_FSDP``, ``FSDP_CPU_RAM_EFFICIENT_LOADING``), so transformers loads zeros on rank 1.
 
-Usage: frozen_ranks.py MODEL_DIR WORK_DIR CASE...   (CASE: trl | frozen | ema | resume | prefix | finite; one launch
-runs them all)
+Usage: frozen_ranks.py MODEL_DIR WORK_DIR CASE...   (CASE: trl | frozen | ema | resume | prefix | finite | reference;
+one launch runs them all)
 Each case prints ``RESULT <case> rank <r> <json>`` lines and exits non-zero on a failed check.
 """
 
@@ -122,6 +122,25 @@ def run_case(model_dir: str, work: str, case: str, mesh) -> None:
             grads.append(torch.cat([p.grad.flatten() for p in ddp.parameters()]))
         values["ddp_grad_rel_diff"] = float((grads[0] - grads[1]).norm() / grads[0].norm())
         report(case, **values)
+    elif case == "reference":
+        # GRPO's KL reference under FSDP (SchedGRPOTrainer._load_reference): a frozen copy sharded per decoder layer
+        # with TRL's fused LM head, scoring each rank's own rows as TRL's reference forward does
+        from trl.trainer.utils import add_fused_lm_head
+
+        ids, mask, keep = group_batch(seed=rank)
+        labels = ids.masked_fill(mask == 0, -100)
+        labels[:, :-keep] = -100
+        reference = build_frozen_copy(model_dir, "KL reference", shard=True, mesh=mesh, **kwargs)
+        add_fused_lm_head(reference, temperature=0.7)
+        plain = create_model_from_path(model_dir, **kwargs).eval()
+        load_from_rank0(plain, model_dir)  # transformers left zeros on rank 1 (cpu-ram-efficient loading)
+        with torch.no_grad():
+            fused = reference(input_ids=ids, attention_mask=mask, labels=labels, fused_lm_head=True).log_probs
+            logits = plain(input_ids=ids, attention_mask=mask).logits[:, :-1] / 0.7
+            full = logits.log_softmax(-1).gather(-1, ids[:, 1:, None]).squeeze(-1)
+        scored = labels[:, 1:] != -100
+        fused = fused[:, -scored.size(1) :] if fused.size(1) != scored.size(1) else fused
+        report(case, max_abs_diff=float((fused[scored] - full[scored]).abs().max()), scored=int(scored.sum()))
     elif case == "finite":
         # a diverged shard on rank 1 only: today's rank-local test against sdpocl's decision across ranks
         from sdpocl.train.frozen import weights_finite

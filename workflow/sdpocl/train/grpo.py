@@ -9,12 +9,12 @@ from dataclasses import dataclass
 
 import torch
 from trl import GRPOConfig, GRPOTrainer
-from trl.trainer.utils import entropy_from_logits, selective_log_softmax
+from trl.trainer.utils import add_fused_lm_head, entropy_from_logits, selective_log_softmax
 
 from sdpocl.prefill import dropout_free
 from sdpocl.train.anchor import AnchorArgs, kl_reference_path
 from sdpocl.train.frozen import check_shards, distributed, load_from_rank0
-from sdpocl.train.fsdp import use_fp32_reduction
+from sdpocl.train.fsdp import frozen_copy, use_fp32_reduction
 from sdpocl.train.prefix import prefix_sharable, shared_prefix_logits
 from sdpocl.train.schedule import RolloutScheduleArgs, RolloutScheduleMixin
 from sdpocl.train.shortcuts import GenerationLogps, rows_selectable, select_rows
@@ -54,14 +54,24 @@ class SchedGRPOTrainer(RolloutScheduleMixin, GRPOTrainer):
     share_prefixes = True
 
     def _load_reference(self) -> None:
-        """TRL loads the reference from the parent's path, which under FSDP's cpu-ram-efficient loading leaves
-        zeros on every rank but 0 (:mod:`sdpocl.train.frozen`): the weights (the parent's or, with
-        ``kl_reference="base"``, the base model's) are broadcast from rank 0 and checked on every rank."""
+        """The KL reference (the parent's or, with ``kl_reference="base"``, the base model's weights), correct on
+        every rank. Under FSDP it is built as SDPO's teacher is (:func:`sdpocl.train.fsdp.frozen_copy`: sharded per
+        decoder layer, broadcast from rank 0, checked), with TRL's fused LM head: TRL's own is one FSDP unit, so
+        every reference forward would gather the whole model (~8 GB in bf16 for Qwen3-4B), and it holds zeros on
+        every rank but 0 (:mod:`sdpocl.train.frozen`). Elsewhere TRL's reference gets the weights broadcast from
+        rank 0 and checked."""
         if self.ref_model is None:
             if self.args.kl_reference == "base":
                 raise ValueError("kl_reference='base' needs a separate reference model (not available with PEFT)")
             return
         source = kl_reference_path(self)
+        if self.is_fsdp_enabled:
+            reference = frozen_copy(self, source, "KL reference")
+            add_fused_lm_head(
+                reference, temperature=self.temperature, cast_lm_head_to_fp32=self.args.cast_lm_head_to_fp32
+            )
+            self.ref_model = reference
+            return
         if self.args.kl_reference == "base" or distributed():
             load_from_rank0(self.ref_model, source)
         if distributed():
