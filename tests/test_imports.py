@@ -56,7 +56,7 @@ LAYERS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     # parameter and response drift, domain distances
     "drift": (("sdpocl.drift",), ("base", "plot", "data", "train", "evaluate")),
     # the pre-grid checks
-    "preflight": (("sdpocl.preflight",), ("base", "config", "train")),
+    "preflight": (("sdpocl.preflight",), ("base", "data", "config", "train", "evaluate")),
     # the command table and the subcommands' handlers
     "commands": (
         ("sdpocl.commands", "sdpocl.subcommands"),

@@ -505,3 +505,70 @@ def test_preflight_rule_on_demand_and_every_time(tmp_path):
     report = (tmp_path / "preflight.txt").read_text()
     assert report == (tmp_path / "logs" / "preflight.log").read_text()
     assert "config/smoke.yaml (preset tiny)" in report and "[  OK] slurm profile" in report
+
+
+# --- 7. cost -------------------------------------------------------------------------------------------
+
+
+SHAPE = {"n_params": 10**9, "embed": 10**8, "vocab": 10**5, "hidden": 1000, "layers": 10, "attn_width": 1000}
+
+
+def test_forward_flops_by_hand():
+    """2 x matrix parameters (1e9 - 1e8 embedding + 1e5 x 1e3 LM head = 1e9) + 4 x 10 layers x 1,000 x context."""
+    from sdpocl.preflight.cost import forward_flops
+
+    assert forward_flops(SHAPE, 100) == 2e9 + 4e6
+    assert forward_flops(SHAPE, 0) == 2e9
+
+
+def test_grid_cost_by_hand(paper, tmp_path):
+    """One GRPO math stage of 1 rollout step x 2 prompts x 2 samples (4 rows); assumed prompt 20 tokens, responses
+    half of 100; 1 TFLOPS at 100% (compute) and 50% (decoding). F(c) = 2e9 + 4e4 c FLOPs per token:
+    rollout 4 x 20 x F(10) / 1e12 + 4 x 50 x F(45) / 0.5e12 = 0.16003 + 0.80144 s; update 4 x 70 x 4 x F(35) /
+    1e12 = 2.24157 s; old log-probs 4 x 70 x F(35) / 1e12 = 0.56039 s. Evaluation: the stage's final model and the
+    base (2 jobs) x math's 60 prompts (assumed: no prepared data) x 8 samples: per job 480 x 20 x F(10) / 1e12 +
+    480 x 50 x F(45) / 0.5e12 = 19.20384 + 96.1728 s."""
+    from sdpocl.preflight.cost import CostAssumptions, grid_cost
+
+    config = copy.deepcopy(paper)
+    config.update(domains=["math"], runs=[{"method": "grpo"}], single_domain_runs=[])
+    config["train"].update(
+        steps={"math": 1}, prompts_per_step=2, num_generations=2, max_completion_length={"math": 100}
+    )
+    config["evaluate"].update(ood=[], max_gen_toks=100)
+    a = CostAssumptions(peak_tflops=1.0, compute_mfu=1.0, decode_mfu=0.5, prompt_tokens=20, response_fill=0.5)
+    cost = grid_cost(config, SHAPE, tmp_path, a)
+    h = {k: v * 3600 for k, v in cost["gpu_hours"].items()}  # seconds
+    assert cost["stages"] == 1 and cost["evaluation_jobs"] == 2 and cost["prompts"] == {"math": 60}
+    assert h["rollout"] == pytest.approx(0.16003 + 0.80144, rel=1e-3)
+    assert h["update_grpo"] == pytest.approx(2.24157, rel=1e-3) and h["update_sdpo"] == 0
+    assert h["teacher_and_reference"] == pytest.approx(0.56039, rel=1e-3)
+    assert h["evaluate"] == pytest.approx(2 * (19.20384 + 96.1728), rel=1e-3)
+    assert cost["prompts_assumed"] == ["math"]
+    # the prepared data's count replaces the assumed one
+    (tmp_path / "data" / "math").mkdir(parents=True)
+    (tmp_path / "data" / "math" / "test.jsonl").write_text("{}\n" * 30)
+    assert grid_cost(config, SHAPE, tmp_path, a)["prompts"] == {"math": 30}
+
+
+def test_the_gpu_checks_measured_update_replaces_the_estimate(paper, tmp_path):
+    from sdpocl.preflight.cost import grid_cost, measured_update
+
+    report = {"shape": "qwen3-4b", "runs": [{"method": "sdpo", "forward_backward_s": 10.24}]}
+    (tmp_path / "check.json").write_text(json.dumps(report))
+    measured = measured_update(tmp_path / "check.json")
+    assert measured == {"sdpo": pytest.approx(1e-3)}  # 10.24 s / 10,240 tokens
+    plain, with_check = grid_cost(paper, SHAPE, tmp_path), grid_cost(paper, SHAPE, tmp_path, measured=measured)
+    assert with_check["measured_update"] == ["sdpo"]
+    assert with_check["gpu_hours"]["update_grpo"] == plain["gpu_hours"]["update_grpo"]
+    assert with_check["gpu_hours"]["update_sdpo"] != plain["gpu_hours"]["update_sdpo"]
+    # SDPO's teacher forward is inside the measured time: no longer added
+    assert with_check["gpu_hours"]["teacher_and_reference"] < plain["gpu_hours"]["teacher_and_reference"]
+
+
+def test_cost_check_for_the_paper_grid(paper, tmp_path):
+    check = pf.check_cost(paper, tmp_path, qwen3_4b_info(tmp_path))
+    assert check.status == "ok" and "GPU-hours" in check.message
+    assert any(d.startswith("assumptions: H100 SXM, 989 TFLOPS") for d in check.details)
+    assert any(d.startswith("train_stage (45 stages)") for d in check.details)
+    assert any(d.startswith("evaluate (46 jobs") for d in check.details)

@@ -301,7 +301,8 @@ COMMANDS: list[Command] = [
     ),
     Command(
         "preflight",
-        "before the grid, on a GPU node: GPUs, vLLM, the base model offline, GPU memory, disk, the Slurm requests",
+        "before the grid, on a GPU node: GPUs, vLLM, the base model offline, GPU memory, disk, the Slurm requests, "
+        "the grid's GPU-hours",
         sc.cmd_preflight,
         [
             _arg("--config", required=True, help="config YAML, e.g. config/paper.yaml"),
@@ -311,6 +312,11 @@ COMMANDS: list[Command] = [
                 "--gpu-memory-gib",
                 type=float,
                 help="GPU memory to compare the estimate with when no GPU is visible (e.g. 80 on a login node)",
+            ),
+            _arg(
+                "--gpu-check",
+                help="the GPU check's report (bench/gpu_check.py's JSON): its measured update time replaces the "
+                "FLOPs estimate of the updates in the cost",
             ),
             _arg("--out", help="also write the report here"),
         ],

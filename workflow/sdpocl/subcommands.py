@@ -336,7 +336,14 @@ def cmd_preflight(a) -> None:
 
     config = load_config(a.config)
     results = a.results or config["results"]
-    checks = run_preflight(config, a.profile, results=results, gpu_memory_gib=a.gpu_memory_gib, config_name=a.config)
+    checks = run_preflight(
+        config,
+        a.profile,
+        results=results,
+        gpu_memory_gib=a.gpu_memory_gib,
+        config_name=a.config,
+        gpu_check=a.gpu_check,
+    )
     report = format_report(checks, header(a.config, config, results))
     print(report, end="", flush=True)
     if a.out:

@@ -19,15 +19,18 @@ non-zero when a check fails; warnings do not fail.
    (:func:`grid_disk_estimate`).
 6. The Slurm profile's requests per rule family (``default-resources``, the rules' own resources,
    ``set-resources``), and a train job asking for fewer GPUs than the memory estimate needs.
+7. The grid's cost: GPU-hours per rule family and in total (:func:`grid_cost`: tokens x FLOPs per token at a
+   stated utilisation; the GPU check's measured update time where given), informational.
 
 The modules, by concern (each imports only those before it):
 
 * :mod:`.report`: :class:`Check` and the report's text and verdict;
 * :mod:`.memory`: the memory estimate per GPU (arithmetic on the model's shape and the config);
 * :mod:`.disk`: the disk estimate of the grid's checkpoints;
+* :mod:`.cost`: the grid's GPU-hours;
 * :mod:`.probes`: what the machine has (GPUs, vLLM, the base model's files);
 * :mod:`.slurm`: what the jobs ask for (GPUs per job, the Slurm profile's requests per rule family);
-* :mod:`.checks`: the six checks (probes against estimates and requests, with their fixes);
+* :mod:`.checks`: the seven checks (probes against estimates and requests, with their fixes);
 * :mod:`.run`: every check in order, for ``sdpocl preflight`` and the rule ``preflight``.
 
 This package's namespace re-exports their public names (``sdpocl.preflight.preflight_rule``, as the
@@ -40,12 +43,14 @@ from sdpocl.preflight.checks import (
     REFERENCE_GPU_GIB,
     GpuNeed,
     check_base,
+    check_cost,
     check_disk,
     check_gpus,
     check_memory,
     check_slurm,
     check_vllm,
 )
+from sdpocl.preflight.cost import CostAssumptions, grid_cost
 from sdpocl.preflight.disk import RESUME_BYTES_PER_PARAM, SAVED_BYTES_PER_PARAM, grid_disk_estimate, grid_stages
 from sdpocl.preflight.memory import (
     GIB,
@@ -97,7 +102,10 @@ __all__ = [
     "Check",
     "GpuNeed",
     "ModelInfo",
+    "CostAssumptions",
+    "grid_cost",
     "check_base",
+    "check_cost",
     "check_disk",
     "check_gpus",
     "check_memory",

@@ -235,6 +235,24 @@ def check_memory(
     return Check("memory", "ok", head + ": fits", details=details), need
 
 
+def check_cost(config: dict, results: str | Path, info: ModelInfo | None, gpu_check: str | Path | None = None) -> Check:
+    """The grid's GPU-hours before it runs (:mod:`.cost`): informational, never fails."""
+    from sdpocl.preflight.cost import CostAssumptions, cost_lines, grid_cost, measured_update
+
+    shape = model_shape(config, info)
+    if shape is None:
+        return Check("cost", "skip", "no estimate: the base model's shape is not known here")
+    if config.get("preset") == "tiny" and not config["train"].get("gpus_per_job"):
+        return Check("cost", "ok", "train and evaluation jobs are CPU jobs (the tiny preset): no GPU-hours")
+    assumptions = CostAssumptions()
+    cost = grid_cost(config, shape, results, assumptions, measured_update(gpu_check))
+    h = cost["gpu_hours"]
+    message = (
+        f"~{h['total']:,.0f} GPU-hours: train {h['train_stage']:,.0f}, evaluate {h['evaluate']:,.0f} (an estimate)"
+    )
+    return Check("cost", "ok", message, details=cost_lines(cost, assumptions))
+
+
 def _size(n: float) -> str:
     """Bytes as GB (or MB when small), decimal units like ``df -H``."""
     return f"{n / 1e9:.1f} GB" if n >= 1e8 else f"{n / 1e6:.1f} MB"

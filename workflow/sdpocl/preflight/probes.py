@@ -28,6 +28,7 @@ class ModelInfo:
     tokenizer: list = field(default_factory=list)
     chat_template: bool = False
     kv_per_token: int = 0  # vLLM's bf16 KV cache per token (sdpocl.train.rollouts.kv_bytes_per_token)
+    attn_width: int = 0  # attention heads x head dim (the attention's FLOPs per token of context)
 
 
 def visible_gpus() -> list[tuple[str, int]]:
@@ -140,7 +141,15 @@ def inspect_model(path: str | Path) -> ModelInfo:
         tokenizer=tokenizer,
         chat_template=chat,
         kv_per_token=kv_bytes_per_token(cfg),
+        attn_width=attention_width(cfg),
     )
+
+
+def attention_width(cfg: dict) -> int:
+    """Attention heads x head dim of a config.json (Qwen3-4B: 32 x 128 = 4,096, wider than its hidden 2,560)."""
+    cfg = _text_config(cfg)
+    heads = int(cfg["num_attention_heads"])
+    return heads * int(cfg.get("head_dim") or int(cfg["hidden_size"]) // heads)
 
 
 def params_from_config(cfg: dict) -> int:
@@ -188,6 +197,7 @@ def model_shape(config: dict, info: ModelInfo | None) -> dict | None:
             vocab=info.vocab,
             embed=embed,
             kv_per_token=info.kv_per_token,
+            attn_width=info.attn_width or info.hidden,
         )
     if config.get("preset") == "tiny":
         from sdpocl.train.rollouts import kv_bytes_per_token
@@ -196,6 +206,7 @@ def model_shape(config: dict, info: ModelInfo | None) -> dict | None:
         embed = cfg["vocab_size"] * cfg["hidden_size"]
         return dict(
             kv_per_token=kv_bytes_per_token(cfg),
+            attn_width=attention_width(cfg),
             n_params=params_from_config(cfg),
             hidden=cfg["hidden_size"],
             layers=cfg["num_hidden_layers"],

@@ -6,7 +6,15 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from sdpocl.preflight.checks import check_base, check_disk, check_gpus, check_memory, check_slurm, check_vllm
+from sdpocl.preflight.checks import (
+    check_base,
+    check_cost,
+    check_disk,
+    check_gpus,
+    check_memory,
+    check_slurm,
+    check_vllm,
+)
 from sdpocl.preflight.probes import visible_gpus
 from sdpocl.preflight.report import Check, failed, format_report, header
 from sdpocl.preflight.slurm import DEFAULT_PROFILE, read_profile
@@ -19,6 +27,7 @@ def run_preflight(
     results: str | Path | None = None,
     gpu_memory_gib: float | None = None,
     config_name: str | None = None,
+    gpu_check: str | Path | None = None,
 ) -> list[Check]:
     """Every check, in order; ``config`` is a validated config (sdpocl.config.load_config), ``config_name``
     its file (named in the fixes instead of ``<config>``)."""
@@ -38,6 +47,7 @@ def run_preflight(
     jobs = (profile or {}).get("jobs")
     checks.append(check_disk(config, results, info, jobs=int(jobs) if isinstance(jobs, int) else None))
     checks.append(check_slurm(config, path, need))
+    checks.append(check_cost(config, results, info, gpu_check))
     if config_name:
         checks = [replace(c, fix=c.fix.replace("<config>", config_name)) for c in checks]
     return checks
