@@ -397,6 +397,7 @@ EVAL_RULES = {
             {"train_stage", "compute_drift"} | EVAL_RULES | BRANCH_PLOTS,
             id="rewards.code_timeout_s",
         ),
+        pytest.param(lambda c: c["evaluate"].update(top_k=0), EVAL_RULES | BRANCH_PLOTS, id="evaluate.top_k"),
         pytest.param(
             lambda c: c["data"].update(test_size=20),
             {"prepare_data", "domain_distance"} | EVAL_RULES | PLOT_RULES,
@@ -419,6 +420,14 @@ def test_n_prompts_per_kind_with_the_same_limits_reruns_nothing(smoke_results, t
     cfg = smoke_config()
     n = cfg["evaluate"]["n_prompts"]
     cfg["evaluate"]["n_prompts"] = {"domains": n, "ood": n}
+    out = dry_run(smoke_results, configfile=write_config(tmp_path, cfg))
+    assert scheduled_jobs(out) == {}, describe_jobs(out)
+
+
+def test_top_k_at_its_default_reruns_nothing(smoke_results, tmp_path):
+    """evaluate.top_k: 50, written out, is the default the evaluations were drawn with before the tasks stated it."""
+    cfg = smoke_config()
+    cfg["evaluate"]["top_k"] = 50
     out = dry_run(smoke_results, configfile=write_config(tmp_path, cfg))
     assert scheduled_jobs(out) == {}, describe_jobs(out)
 

@@ -85,3 +85,22 @@ def test_gpu_with_vllm_uses_it_and_cpu_uses_hf(cuda, monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.setitem(sys.modules, "vllm", None)
     assert choose_backend("auto") == "hf"
+
+
+def test_every_sampling_setting_is_stated_in_the_task(tmp_path):
+    """Both backends sample what the task says: without a top-k the HF backend takes the checkpoint's generation
+    config's (Qwen3's 20, transformers' 50) where vLLM takes none. The default (50) is what the tiny preset's
+    evaluations were drawn with; the paper preset states 0 (off, as upstream)."""
+    import yaml
+
+    from sdpocl.config import load_config
+    from sdpocl.evaluate.tasks import DEFAULT_TOP_K, task_config
+
+    kwargs = dict(repeats=2, temperature=0.6, top_p=0.95, max_gen_toks=16)
+    gen = task_config("math", tmp_path / "x.jsonl", **kwargs)["generation_kwargs"]
+    assert gen["top_k"] == DEFAULT_TOP_K == 50 and gen["temperature"] == 0.6 and gen["top_p"] == 0.95
+    assert task_config("math", tmp_path / "x.jsonl", top_k=0, **kwargs)["generation_kwargs"]["top_k"] == 0
+    root = Path(__file__).resolve().parents[1]
+    assert load_config(root / "config" / "paper.yaml")["evaluate"]["top_k"] == 0
+    assert load_config(root / "config" / "config.yaml")["evaluate"]["top_k"] == DEFAULT_TOP_K
+    assert yaml.safe_load((root / "config" / "config.yaml").read_text())["evaluate"].get("top_k") is None
