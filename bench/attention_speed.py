@@ -1,4 +1,4 @@
-"""Bench: transformers' ``sdpa`` attention against sdpocl.cpu_attention's, on the tiny base.
+"""Bench: transformers' ``sdpa`` attention against sdpocl.generation.attention's, on the tiny base.
 
 Two measurements, each interleaved (stock, then CPU-GQA, repeated) so that machine noise hits both
 alike; CPU seconds of this process, the fastest repeat of each:
@@ -24,13 +24,19 @@ import torch
 from base_evaluation import timed_base_evaluation
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-import sdpocl.cpu_attention as cpu_attention
+import sdpocl.generation.attention as attention
 from sdpocl.config import load_config, run_by_name, stage_settings
 from sdpocl.io import read_jsonl
 from sdpocl.prompts import plain_text
 from sdpocl.train.stage import train_stage
 
-MODES = {"stock sdpa": cpu_attention.use_stock_sdpa_attention, "cpu gqa": cpu_attention.use_cpu_gqa_attention}
+MODES = {"stock sdpa": "sdpa", "cpu gqa": attention.register()}
+
+
+def jobs_use(name: str):
+    """The jobs' models load with attention ``name`` (they ask sdpocl.generation.model_kwargs, which registers
+    and names the workflow's)."""
+    return mock.patch.object(attention, "register", lambda: name)
 
 
 def generation_cpu_s(model_dir: Path, prompts: list[str], new_tokens: int, repeats: int) -> dict[str, float]:
@@ -41,8 +47,8 @@ def generation_cpu_s(model_dir: Path, prompts: list[str], new_tokens: int, repea
     best: dict[str, float] = {}
     tokens = set()
     for _ in range(repeats):
-        for name, use in MODES.items():
-            use()
+        for name, implementation in MODES.items():
+            model.set_attn_implementation(implementation)
             torch.manual_seed(0)
             t0 = time.process_time()
             with torch.inference_mode():
@@ -56,7 +62,6 @@ def generation_cpu_s(model_dir: Path, prompts: list[str], new_tokens: int, repea
                 )
             best[name] = min(best.get(name, float("inf")), time.process_time() - t0)
             tokens.add(hash(out.numpy().tobytes()))
-    cpu_attention.use_stock_sdpa_attention()
     if len(tokens) != 1:
         raise SystemExit("the two attentions sampled different tokens from the same seed")
     return best
@@ -67,9 +72,8 @@ def step_seconds(config: dict, results: Path, domain: str, steps: int, repeats: 
     settings.update(steps=steps, save_every=10 * steps)
     best: dict[str, float] = {}
     for _ in range(repeats):
-        for name, use in MODES.items():
-            # train_stage registers the CPU attention itself: make that call pick this mode's instead.
-            with mock.patch.object(cpu_attention, "use_cpu_gqa_attention", use), tempfile.TemporaryDirectory() as tmp:
+        for name, implementation in MODES.items():
+            with jobs_use(implementation), tempfile.TemporaryDirectory() as tmp:
                 summary = train_stage(
                     settings,
                     results / "base" / "model",
@@ -79,19 +83,17 @@ def step_seconds(config: dict, results: Path, domain: str, steps: int, repeats: 
                 )
             best[name] = min(best.get(name, float("inf")), summary["seconds_per_step"])
             print(f"[bench] {name}: {summary['seconds_per_step']:.3f} s per SDPO_0 {domain} step", flush=True)
-    cpu_attention.use_stock_sdpa_attention()
     return best
 
 
 def evaluation_seconds(results: Path, settings: str, repeats: int) -> dict[str, float]:
     best: dict[str, float] = {}
     for _ in range(repeats):
-        for name, use in MODES.items():
-            with mock.patch.object(cpu_attention, "use_cpu_gqa_attention", use):
+        for name, implementation in MODES.items():
+            with jobs_use(implementation):
                 seconds, _ = timed_base_evaluation(results, settings)
             best[name] = min(best.get(name, float("inf")), seconds)
             print(f"[bench] {name}: evaluation of the base in {seconds:.1f} s", flush=True)
-    cpu_attention.use_stock_sdpa_attention()
     return best
 
 

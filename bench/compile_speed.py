@@ -25,12 +25,11 @@ def one(model_dir: str, compiled: bool, shape: str, batch: int, tokens: int, new
     import torch
     from transformers import AutoModelForCausalLM, DynamicCache
 
-    from sdpocl.cpu_attention import use_workflow_attention
+    from sdpocl.generation import model_kwargs
 
     torch.set_num_threads(1)
     torch.manual_seed(0)
-    use_workflow_attention()
-    model = AutoModelForCausalLM.from_pretrained(model_dir, attn_implementation="sdpa")
+    model = AutoModelForCausalLM.from_pretrained(model_dir, **model_kwargs(on_cpu=True))  # the jobs' attention
     ids = torch.randint(1, model.config.vocab_size, (batch, tokens))
     # decoding grows the key/value cache by one token a call: a graph for every length unless dynamic
     run = torch.compile(model, dynamic=shape == "decode") if compiled else model

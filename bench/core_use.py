@@ -4,8 +4,9 @@ Reads a run's log (``.snakemake/log/<time>.snakemake.log``: each job's start wit
 ``Finished jobid`` line), and prints the wall time from the first start to the last finish, each
 rule's job seconds, and the seconds in which fewer jobs' threads ran than the machine has cores.
 A grid's wall time is its work over the cores plus the time a core stands idle; the job priorities
-(``sdpocl.priorities``) aim that idle time at zero (docs/tiny-preset.md, row 50). Log timestamps
-have one-second resolution. The last thing printed is the report as JSON.
+(``sdpocl.priorities``) aim that idle time at zero
+(docs/experiments/2026-12-06-row-50-drift-prompts-priorities.md). Log timestamps have one-second
+resolution. The last thing printed is the report as JSON.
 
     python bench/core_use.py --log .snakemake/log/2026-12-06T045258.123456.snakemake.log --cores 2
     python bench/core_use.py --workdir . --cores 2      # the newest log of a working directory

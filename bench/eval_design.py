@@ -10,7 +10,7 @@ shrinks with both). Two measurements:
   and the paired stderr they predict for other (prompts, samples) designs;
 - ``--eval-settings``: one whole evaluation of that folder's base, wall seconds, per design, interleaved (one of
   each, repeated; the fastest repeat of each), on task files written for each design's samples into a
-  temporary folder. ``generate`` prefills each distinct prompt once (sdpocl.prefill), so a prompt costs
+  temporary folder. ``generate`` prefills each distinct prompt once (sdpocl.generation.prefill), so a prompt costs
   its prefill once and each of its samples a decode: fewer samples on more prompts cost more than the
   product alone says.
 

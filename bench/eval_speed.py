@@ -5,7 +5,7 @@ Times ``evaluate_model`` on a results folder's base (bench/base_evaluation.py, o
 draws over it) and with the evaluation's own sampler (``top_k``: sdpocl.evaluate.sampling, the same
 distribution drawn over the top-k tokens), interleaved, the fastest repeat of each. The ways draw different
 tokens, so their scores differ by sampling noise; each score is printed beside its time. Ratios are to the
-first batch size with ``hf`` (docs/tiny-preset.md row 57).
+first batch size with ``hf`` (docs/experiments/2026-12-06-row-57-eval-batch-size.md).
 
 With ``--paired-model`` (a trained model of the same results folder, e.g. a first stage's ``runs/<run>/math/model``)
 each way also evaluates that model on ``--paired-benchmarks`` from the same seed, and reports the share of
@@ -30,8 +30,7 @@ from unittest import mock
 import torch
 from base_evaluation import timed_base_evaluation
 
-import sdpocl.evaluate.sampling as sampling
-from sdpocl.cpu_attention import use_workflow_attention
+import sdpocl.generation.sampling as sampling
 
 SAMPLERS = ("hf", "top_k")
 
@@ -94,7 +93,6 @@ def main() -> None:
     a = p.parse_args()
 
     torch.set_num_threads(1)
-    use_workflow_attention()
     settings = json.loads(a.eval_settings)
     ways = [(int(b), s) for b in a.batch_sizes.split(",") for s in a.samplers.split(",")]
     if unknown := {s for _, s in ways} - set(SAMPLERS):

@@ -13,8 +13,7 @@
 # distance need the 92 MB sentence-embedding package, which cannot travel, so they are left out.
 # Prints the evaluation table's goal report (`sdpocl goals`) and packs scores, samples, summaries, train logs,
 # parameter drift, tables, logs and benchmarks into $OUT/tiny_grid.tar.gz (the goal report here: `tar xzf
-# tiny_grid.tar.gz && sdpocl goals results-gpu`; with FULL_RUNS aggregate the scores first, docs/tiny-preset.md,
-# "Goals (issue 27) on the report seeds 3-5, on one GPU").
+# tiny_grid.tar.gz && sdpocl goals results-gpu`; with FULL_RUNS aggregate the scores first, docs/experiments/2026-12-04-goals-one-gpu.md).
 #
 # Environment: OUT (default /tmp/gpu_tiny_out), SITE (/tmp/site), SEEDS (3,4,5), GRID_RESULTS (results-gpu),
 # BUDGET (seconds for the whole script, default 560: Snakemake gets what is left after the set-up, less 40 s),
@@ -117,7 +116,7 @@ EOF
         timeout 60 sdpocl goals "$R" 2>&1 | tee "$OUT/goals.md"
     else
         echo "no tables/eval.csv ($([ -n "${FULL_RUNS:-}" ] && echo "FULL_RUNS asks for scores only" ||
-            echo "the grid did not finish")): aggregate the scores from the tarball (docs/tiny-preset.md)"
+            echo "the grid did not finish")): aggregate the scores from the tarball (docs/experiments/2026-12-04-goals-one-gpu.md)"
     fi
     return $rc
 }

@@ -1,12 +1,10 @@
-"""Bench: generation on sdpocl.kv_cache's growing cache against transformers' ``DynamicCache``, with the
-rows that have ended dropped from the batch (sdpocl.finished_rows), and with tokens drawn vectorised
-(sdpocl.multinomial).
+"""Bench: generation on sdpocl.generation.kv_cache's growing cache against transformers' ``DynamicCache``, and
+with the rows that have ended dropped from the batch (sdpocl.generation.finished_rows).
 
-Every way (``--modes``, from ``dynamic``, ``growing``, ``dropping`` and ``vectorised``) runs the workflow's
-shared-prefill ``generate`` (sdpocl.prefill): ``dynamic`` on transformers' cache, ``growing`` on the growing
-cache with every row computed to the end, ``dropping`` on the growing cache without the rows that have ended,
-each of the three drawing with ``torch.multinomial``; ``vectorised``: ``dropping`` with the vectorised draw
-(the workflow's).
+Every way (``--modes``, from ``dynamic``, ``growing`` and ``dropping``) runs the workflow's shared-prefill
+``generate`` (sdpocl.generation.prefill): ``dynamic`` on transformers' cache, ``growing`` on the growing cache
+with every row computed to the end, ``dropping`` on the growing cache without the rows that have ended (the
+workflow's).
 Each measurement is interleaved (the modes in turn, repeated) so that machine noise hits all alike,
 the fastest repeat of each; ratios are to the first mode:
 - generation: a rollout batch (``prompts_per_step`` training prompts x ``num_generations``) of each domain,
@@ -35,13 +33,12 @@ import torch
 from base_evaluation import timed_base_evaluation
 from prefill_speed import generation_by_domain
 
-import sdpocl.prefill as prefill
+import sdpocl.generation.prefill as prefill
 from sdpocl.config import load_config, run_by_name, stage_settings
-from sdpocl.cpu_attention import use_workflow_attention
 from sdpocl.io import read_jsonl
 from sdpocl.train.stage import train_stage
 
-MODES = ("dynamic", "growing", "dropping", "vectorised")
+MODES = ("dynamic", "growing", "dropping")
 
 
 def sharing(mode: str):
@@ -49,8 +46,7 @@ def sharing(mode: str):
     return functools.partial(
         prefill.share_generation_prefill,
         grow_cache=mode != "dynamic",
-        drop_ended=mode in ("dropping", "vectorised"),
-        vectorised_draws=mode == "vectorised",
+        drop_ended=mode == "dropping",
     )
 
 
@@ -116,7 +112,6 @@ def main() -> None:
     a = p.parse_args()
 
     torch.set_num_threads(1)
-    use_workflow_attention()
     modes = a.modes.split(",")
     if len(modes) < 2 or set(modes) - set(MODES):
         raise SystemExit(f"--modes: two or more of {list(MODES)}, got {modes}")

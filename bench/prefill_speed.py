@@ -1,4 +1,4 @@
-"""Bench: ``generate`` with each distinct prompt prefilled once (sdpocl.prefill) against the plain prefill.
+"""Bench: ``generate`` with each distinct prompt prefilled once (sdpocl.generation.prefill) against the plain prefill.
 
 Two measurements, each interleaved (plain, then shared, repeated) so that machine noise hits both alike,
 the fastest repeat of each:
@@ -26,9 +26,9 @@ from base_evaluation import timed_base_evaluation
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from sdpocl.config import load_config
-from sdpocl.cpu_attention import use_workflow_attention
+from sdpocl.generation import model_kwargs
+from sdpocl.generation.prefill import share_generation_prefill
 from sdpocl.io import read_jsonl
-from sdpocl.prefill import share_generation_prefill
 from sdpocl.prompts import plain_text
 
 
@@ -42,7 +42,7 @@ def generation_cpu_s(
     setups = models or {"plain": lambda model: None, "shared": share_generation_prefill}
     models = {}
     for name, setup in setups.items():
-        models[name] = AutoModelForCausalLM.from_pretrained(model_dir).eval()
+        models[name] = AutoModelForCausalLM.from_pretrained(model_dir, **model_kwargs(on_cpu=True)).eval()
         setup(models[name])
     batch = tok(
         [p for p in prompts for _ in range(samples)], return_tensors="pt", padding=True, add_special_tokens=False
@@ -101,10 +101,10 @@ def evaluation_seconds(results: Path, settings: str, repeats: int) -> dict:
     from lm_eval import evaluator
 
     import sdpocl.evaluate.run as run
-    import sdpocl.prefill as prefill
+    import sdpocl.generation.prefill as prefill
 
     original, share = evaluator.add_env_info, prefill.share_generation_prefill
-    off = lambda model: False  # noqa: E731  (make_lm imports it from sdpocl.prefill when it runs)
+    off = lambda model: False  # noqa: E731  (sdpocl.generation.speed_up imports it when it runs)
     modes = {
         "neither": {"env_info_once": lambda: None, "off": off},
         "env report once": {"off": off},
@@ -138,7 +138,6 @@ def main() -> None:
     a = p.parse_args()
 
     torch.set_num_threads(1)
-    use_workflow_attention()
     config = load_config(a.config)
     results = Path(a.results or config["results"])
     train = config["train"]

@@ -8,7 +8,7 @@ time target of the tiny preset is arithmetic (docs/measurements.md); this says w
     python bench/step_phases.py --results results --runs grpo_s0,sdpo_a0_s0 --domains math,tooluse --steps 6
 
 ``--prefixes both`` runs each stage with full rows and with each distinct prompt computed once (in
-``generate``'s prefill, :mod:`sdpocl.prefill`, and in SDPO's forwards, :mod:`sdpocl.train.prefix`), one
+``generate``'s prefill, :mod:`sdpocl.generation.prefill`, and in SDPO's forwards, :mod:`sdpocl.generation.prefix`), one
 after the other, for the ratio on one machine.
 """
 
@@ -59,11 +59,11 @@ class PhaseTimer:
         from accelerate.optimizer import AcceleratedOptimizer
         from transformers.generation.utils import GenerationMixin
 
-        import sdpocl.prefill
+        import sdpocl.generation.prefill
 
         self._undo: list = []
         self.wrap(GenerationMixin, "generate", "generation")
-        self.wrap(sdpocl.prefill, "_shared_prefill_generate", "generation")  # its shared prefill included
+        self.wrap(sdpocl.generation.prefill, "_prefilled_generate", "generation")  # its shared prefill included
         for cls in model_classes:  # TRL's GRPO calls the decoder itself and applies the LM head in chunks
             self.wrap(cls, "forward", "forward (outside generation)")
         self.wrap(torch.Tensor, "backward", "backward")

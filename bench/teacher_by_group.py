@@ -48,16 +48,15 @@ def main() -> None:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from sdpocl.cpu_attention import use_workflow_attention
     from sdpocl.data.domains import generate, teacher_prompt
+    from sdpocl.generation import model_kwargs
     from sdpocl.prompts import plain_text
     from sdpocl.rewards import make_reward
 
     torch.set_num_threads(1)
     torch.manual_seed(0)
-    use_workflow_attention()
     tok = AutoTokenizer.from_pretrained(args.model)
-    net = AutoModelForCausalLM.from_pretrained(args.model).eval()
+    net = AutoModelForCausalLM.from_pretrained(args.model, **model_kwargs(on_cpu=True)).eval()
     reward = make_reward(args.domain)
 
     @torch.no_grad()

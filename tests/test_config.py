@@ -66,8 +66,8 @@ def test_the_three_seed_config_is_the_default_on_the_report_seeds_with_the_headl
 def test_the_collapse_config_is_the_default_at_a_higher_lr_with_grpo_and_five_teachers():
     """config/tiny-collapse.yaml: the default's settings but for the lr (1e-4) and the rollout steps (the paper's
     50 / 50 / - / 20, TOOLUSE 150), GRPO at that lr and the SDPO teachers frozen, EMA 5%, EMA 20% and StableSDPO
-    (K 20, K 60) on the report seeds, in a results directory of its own (docs/tiny-preset.md, rows 61-63), each in
-    its own colour."""
+    (K 20, K 60) on the report seeds, in a results directory of its own, each in its own colour
+    (docs/experiments/2026-12-07-goals-teacher-rate-lr-1e-4.md)."""
     default, collapse = (
         load_config(ROOT / "config" / "config.yaml"),
         load_config(ROOT / "config" / "tiny-collapse.yaml"),

@@ -30,8 +30,8 @@ def data_digest(**kw) -> str:
 
 def test_defaults_are_the_data_of_the_documented_experiments():
     """Computed with the generators before the knob existed (commit 3629353): the data of
-    docs/tiny-preset.md rows 7-11 and of every results directory made since. A change of the default
-    data must change this on purpose (and rebuild every base)."""
+    the experiments of docs/experiments/ 2026-12-01 (rows 7-11) and of every results directory made since. A
+    change of the default data must change this on purpose (and rebuild every base)."""
     golden = "0117d96424c9b6378543603536c44ed25910f72ab186ff28055f3f988786312a"
     assert data_digest() == golden
     defaults = {"math_addend_max": 9, "math_terms": 2, "science_options": 4, "code_addend_max": 9}

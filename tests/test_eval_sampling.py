@@ -9,8 +9,8 @@ import torch
 from test_prefill import prompts, tiny_model
 from transformers import LogitsProcessorList, TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
 
-from sdpocl.evaluate.sampling import TopKTopPSampler, sample_over_top_k, top_k_top_p
-from sdpocl.prefill import share_generation_prefill
+from sdpocl.generation.prefill import share_generation_prefill
+from sdpocl.generation.sampling import TopKTopPSampler, sample_over_top_k, top_k_top_p
 
 
 def transformers_probs(scores, temperature, top_k, top_p):

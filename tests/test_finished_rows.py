@@ -8,11 +8,11 @@ from __future__ import annotations
 import torch
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
-from sdpocl import finished_rows
-from sdpocl.evaluate.sampling import sample_over_top_k
-from sdpocl.kv_cache import GrowingCache
-from sdpocl.prefill import share_generation_prefill
-from sdpocl.train.shortcuts import GenerationLogps
+from sdpocl.generation import finished_rows
+from sdpocl.generation.kv_cache import GrowingCache
+from sdpocl.generation.logps import GenerationLogps
+from sdpocl.generation.prefill import share_generation_prefill
+from sdpocl.generation.sampling import sample_over_top_k
 
 EOS = 3
 

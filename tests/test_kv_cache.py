@@ -10,9 +10,9 @@ from test_prefill import prompts, sample, tiny_model
 from transformers import Qwen3Config, Qwen3ForCausalLM
 from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
 
-from sdpocl import kv_cache
-from sdpocl.kv_cache import GrowingCache, GrowingLayer
-from sdpocl.prefill import share_generation_prefill
+from sdpocl.generation import kv_cache
+from sdpocl.generation.kv_cache import GrowingCache, GrowingLayer
+from sdpocl.generation.prefill import share_generation_prefill
 
 
 def test_a_layer_holds_what_a_dynamic_layer_holds_through_every_operation():

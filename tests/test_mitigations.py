@@ -592,7 +592,7 @@ def test_mitigations_config():
     cfg = validate_config(copy.deepcopy(raw))
     tiny = validate_config(yaml.safe_load((ROOT / "config" / "config.yaml").read_text()))
     # the tiny default's settings, but for the keys the default changed after docs/mitigations.md was
-    # measured (docs/tiny-preset.md rows 21-22, 43-45, 48-50, 57): the grid keeps the preset its results came from
+    # measured (docs/experiments/: rows 21-22, 43-45, 48-50, 57): the grid keeps the preset its results came from
     for dotted, value in MITIGATIONS_PRESET.items():
         section, key = dotted.split(".")
         assert cfg[section][key] == value, dotted

@@ -9,7 +9,7 @@ import pytest
 import torch
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
-from sdpocl.prefill import share_generation_prefill
+from sdpocl.generation.prefill import share_generation_prefill
 
 EOS = 5
 
@@ -99,7 +99,7 @@ def test_nothing_shared_and_other_modes_keep_generates_own_path(monkeypatch):
 
 @pytest.mark.parametrize("case", ["dropout", "sharded"])
 def test_not_installed_where_it_would_not_be_exact(case, monkeypatch):
-    import sdpocl.prefill as prefill
+    import sdpocl.generation.prefill as prefill
 
     model = tiny_model(dropout=0.1 if case == "dropout" else 0.0)
     if case == "sharded":  # FSDP2's parameters are DTensors; its decoder cannot run outside the root's forward

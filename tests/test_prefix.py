@@ -9,8 +9,8 @@ import pytest
 import torch
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
-from sdpocl.prefill import distinct_prefixes
-from sdpocl.train.prefix import prefix_sharable, shared_prefix_logits
+from sdpocl.generation.prefill import distinct_prefixes
+from sdpocl.generation.prefix import prefix_sharable, shared_prefix_logits
 
 
 def tiny_model() -> Qwen3ForCausalLM:

@@ -17,7 +17,7 @@ import pytest
 from workflow_utils import BIN, NOLOCK, ROOT
 
 README = ROOT / "README.md"
-DOCS = sorted((ROOT / "docs").glob("*.md"))
+DOCS = sorted((ROOT / "docs").rglob("*.md"))
 #: the other pages the README links to
 OTHER_PAGES = [ROOT / "config" / "README.md", ROOT / "profiles" / "README.md"]
 #: a manual, not a notebook: history, measurements and details live in docs/

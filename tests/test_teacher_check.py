@@ -129,8 +129,9 @@ def test_cli_writes_the_report(tiny_standin, tmp_path, capsys):
 
 
 def test_teacher_by_group_bench_runs_on_a_model(tiny_standin):
-    """bench/teacher_by_group.py (the per-tool teacher and the random-string copy of docs/tiny-preset.md
-    row 53) runs end to end on a model folder and reports accuracies in [0, 1]."""
+    """bench/teacher_by_group.py (the per-tool teacher and the random-string copy of
+    docs/experiments/2026-12-06-row-53-copying-probe.md) runs end to end on a model folder and reports accuracies
+    in [0, 1]."""
     import subprocess
     import sys
     from pathlib import Path

@@ -281,21 +281,21 @@ def test_prefill_speed_bench_times_both_prefills(smoke_results):
 def test_kv_cache_speed_bench_times_both_caches(smoke_results):
     """bench/kv_cache_speed.py on the smoke run: a rollout batch's generation, a GRPO and an SDPO_0 stage, and one
     whole evaluation of the base, each on transformers' cache, on the growing one, on that without the rows
-    that have ended, and with tokens drawn vectorised; it exits non-zero when the modes sample, train or score
+    that have ended; it exits non-zero when the modes sample, train or score
     differently."""
     scores = json.loads((smoke_results / "base" / "eval" / "seed-0" / "scores.json").read_text())
     report = _bench_report(
         "kv_cache_speed.py",
         *["--config", "config/smoke.yaml", "--results", str(smoke_results), "--domains", "math", "--repeats", "1"],
         *["--steps", "1", "--eval-settings", json.dumps(scores["meta"]["settings"])],
-        *["--modes", "dynamic,growing,dropping,vectorised"],
+        *["--modes", "dynamic,growing,dropping"],
     )
-    modes = {"dynamic", "growing", "dropping", "vectorised"}
+    modes = {"dynamic", "growing", "dropping"}
     assert set(report["generation"]["math"]["cpu_seconds"]) == modes
     assert set(report["train_step"]) == {"grpo_s0 math", "sdpo_a0_s0 math"}
     assert all(set(r["seconds_per_step"]) == modes for r in report["train_step"].values())
     assert set(report["evaluation"]["wall_seconds"]) == modes
-    assert all(report["evaluation"][f"ratio_{m}_over_dynamic"] > 0 for m in ("growing", "dropping", "vectorised"))
+    assert all(report["evaluation"][f"ratio_{m}_over_dynamic"] > 0 for m in ("growing", "dropping"))
 
 
 def test_eval_speed_bench_times_each_batch_size_and_sampler(smoke_results):

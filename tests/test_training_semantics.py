@@ -1,4 +1,4 @@
-"""Training semantics as upstream (PAPER.md, "Continual setting"), on a tiny random model through
+"""Training semantics as upstream (docs/paper.md, "Continual setting"), on a tiny random model through
 the stage's own trainer construction (`sdpocl.train.stage.build_trainer`): optimizer steps per
 rollout step, gradient accumulation, fp32 master weights under bf16 autocast, rollout-step names."""
 
@@ -123,15 +123,21 @@ def test_master_weights_stay_fp32_under_bf16_autocast(tiny_standin, smoke_config
     assert states and all(s["exp_avg"].dtype == torch.float32 for s in states)
 
 
-def test_a_stage_trains_without_cudnn_attention(tiny_standin, smoke_config, tmp_path):
-    """train_stage turns cuDNN's attention kernel off before it builds the trainer (it made bf16
-    training non-finite on an H200; sdpocl.cpu_attention)."""
+def test_a_stage_sets_the_gpu_kernels_before_it_builds_the_trainer(tiny_standin, smoke_config, tmp_path, monkeypatch):
+    """train_stage sets up its device first (sdpocl.gpu: cuDNN's attention kernel off where a GPU is visible, it
+    made bf16 training non-finite on an H200), before the trainer exists."""
+    import sdpocl.gpu
+    import sdpocl.train.stage as stage
+
+    calls = []
+    monkeypatch.setattr(sdpocl.gpu, "use_gpu_kernels", lambda: calls.append("kernels") or False)
+    build = stage.build_trainer
+    monkeypatch.setattr(stage, "build_trainer", lambda *a, **k: calls.append("trainer") or build(*a, **k))
     model, recs = tiny_standin
     data = tmp_path / "math.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in recs))
-    torch.backends.cuda.enable_cudnn_sdp(True)
     train_stage(_settings(smoke_config, "grpo", steps=1), model, data, tmp_path / "stage", tmp_path / "state")
-    assert not torch.backends.cuda.cudnn_sdp_enabled()
+    assert calls == ["kernels", "trainer"]
 
 
 def test_checkpoints_and_log_count_rollout_steps(tiny_standin, smoke_config, tmp_path):

@@ -95,7 +95,7 @@ def run_case(model_dir: str, work: str, case: str, mesh) -> None:
                 report(case, checked=n)
     elif case == "prefix":
         # sdpocl.train.prefix on sharded models: a frozen teacher (no grad) and a student (grad), each rank its own rows
-        from sdpocl.train.prefix import shared_prefix_logits
+        from sdpocl.generation.prefix import shared_prefix_logits
 
         ids, mask, keep = group_batch(seed=rank)
         teacher = build_frozen_copy(model_dir, "teacher", shard=True, mesh=mesh, **kwargs)

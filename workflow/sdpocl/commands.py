@@ -292,7 +292,7 @@ COMMANDS: list[Command] = [
     ),
     Command(
         "goals",
-        "print the study's headline checks (docs/tiny-preset.md's goal table) from a results folder's tables",
+        "print the study's headline checks (the goal tables of docs/experiments/) from a results folder's tables",
         sc.cmd_goals,
         [
             _arg("results", help="the results folder (its tables/ and runs/)"),

@@ -4,10 +4,11 @@ With two cores and four chains the grid's wall time is its work over two, plus w
 stands idle. A core idles at the start when a small job holds it while the base (two SFT ranks, the
 only job the rest waits for) cannot start, and at the end when one chain still has stages to train
 while the other chains are done: the default run of 626ae2a left a core idle for about 3 of its 30
-minutes that way (docs/tiny-preset.md, row 50). Snakemake starts the ready jobs of the highest
-``priority`` first, so the base comes first, then the seconds-long data jobs every stage and evaluation
-reads, then each train stage ranked by the stages its chain still has to train, and the evaluations and
-drift jobs (leaves: nothing but the tables waits for them) fill the cores around them.
+minutes that way (docs/experiments/2026-12-06-row-50-drift-prompts-priorities.md). Snakemake starts
+the ready jobs of the highest ``priority`` first, so the base comes first, then the seconds-long data
+jobs every stage and evaluation reads, then each train stage ranked by the stages its chain still has
+to train, and the evaluations and drift jobs (leaves: nothing but the tables waits for them) fill the
+cores around them.
 
 Snakemake's scheduler maximises the *sum* of the priorities of the jobs it starts together, so a job
 that takes c cores must outrank c one-core jobs: at 100 the two-rank base tied two data jobs at 50, and

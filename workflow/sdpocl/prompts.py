@@ -1,4 +1,4 @@
-"""One prompt format for training, the SDPO re-prompt and evaluation (PAPER.md, "Continual setting").
+"""One prompt format for training, the SDPO re-prompt and evaluation (docs/paper.md, "Continual setting").
 
 A record holds the user text in ``prompt`` and, for some sources, a ``system`` message. With the
 chat template (the paper preset) the trainers receive the conversation ``[system?, user]`` and

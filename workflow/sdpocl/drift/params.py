@@ -1,6 +1,6 @@
 """Parameter drift of one weight matrix between the base (W0) and a checkpoint (Wt).
 
-Definitions from PAPER.md (Diagnostics), W = U S V^T:
+Definitions from docs/paper.md ("Diagnostics"), W = U S V^T:
 - NSS, normalized spectral shift: ||s(Wt) - s(W0)||_2 / ||s(W0)||_2;
 - Max PA: the largest principal angle (degrees) between the top-k left singular subspaces;
 - principal mask: the top ``mask_frac`` entries of |U_k S_k V_k^T|;

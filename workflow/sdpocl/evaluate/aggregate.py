@@ -1,5 +1,5 @@
 """Tidy tables from per-checkpoint results: eval.csv (with RelPerf / gain / forgetting against the
-base model, PAPER.md "Evaluation") and teacher_stability.csv (paper Table 1)."""
+base model, docs/paper.md "Evaluation") and teacher_stability.csv (paper Table 1)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The study's headline checks from a results folder (docs/tiny-preset.md's goal tables), so the
+"""The study's headline checks from a results folder (the goal tables of docs/experiments/), so the
 numbers in a report come from one command over the workflow's own tables, not from hand arithmetic.
 
 Reads ``tables/eval.csv``, ``tables/teacher_stability.csv``, ``tables/drift_params.csv``,

@@ -69,16 +69,16 @@ def make_lm(
     from lm_eval.models.huggingface import HFLM
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from sdpocl.cpu_attention import use_workflow_attention
-    from sdpocl.evaluate.sampling import sample_over_top_k
-    from sdpocl.prefill import share_generation_prefill
+    from sdpocl.generation import model_kwargs, speed_up
+    from sdpocl.gpu import use_gpu_kernels
 
-    use_workflow_attention()
-    cuda = torch.cuda.is_available()
+    cuda = use_gpu_kernels()
     dtype = torch.bfloat16 if cuda else torch.float32
-    hf_model = AutoModelForCausalLM.from_pretrained(model, dtype=dtype).to("cuda" if cuda else "cpu")
-    share_generation_prefill(hf_model)  # each prompt's `samples` copies share one prefill: the same tokens
-    sample_over_top_k(hf_model)  # transformers' sampling distribution, drawn from the top-k tokens only
+    hf_model = AutoModelForCausalLM.from_pretrained(model, dtype=dtype, **model_kwargs(not cuda))
+    hf_model = hf_model.to("cuda" if cuda else "cpu")
+    # on a CPU: each prompt's `samples` copies share one prefill, and transformers' sampling distribution is drawn
+    # from the top-k tokens only (sdpocl.generation): the same tokens
+    speed_up(hf_model, top_k_sampler=True)
     tok = AutoTokenizer.from_pretrained(model)
     return HFLM(
         chat_template_args=dict(template_kwargs or {}),

@@ -1,6 +1,6 @@
 """Code reward: the longest fenced block passes every unit test, each test in its own sandboxed process.
 
-As upstream (PAPER.md, rewards): every test runs in its own process -- the code block, then the
+As upstream (docs/paper.md, "Rewards"): every test runs in its own process -- the code block, then the
 test -- with its own wall-clock limit (``timeout_s``, upstream the problem's time limit + 1 s) and
 address-space limit (``memory_mb``, upstream 1 GB); a sample scores 1 iff every test passes, and
 no test starts after one has failed.  The limits come from the config (``rewards.code_timeout_s``,

@@ -1,6 +1,6 @@
 """Math reward: the last ``\\boxed{}`` in the final 100 characters equals the reference answer.
 
-Equal means, as upstream (PAPER.md, rewards): the normalised strings are equal; else, when both
+Equal means, as upstream (docs/paper.md, "Rewards"): the normalised strings are equal; else, when both
 are plain numbers, they are numerically equal (relative 1e-9; this decides, so the tiny preset's
 integer answers never reach sympy -- math-verify would round both to 6 decimals first); else HF
 math-verify decides, ``verify(parse(gold), parse(pred))`` with both wrapped in ``\\boxed{}``, in a

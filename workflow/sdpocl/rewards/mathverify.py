@@ -3,7 +3,7 @@
 ``verify_pairs([(gold, pred), ...], timeout_s=5.0) -> list[bool]`` decides, for each pair,
 ``math_verify.verify(parse(gold), parse(pred))`` with both sides wrapped in ``\\boxed{}`` first
 (math-verify extracts LaTeX only inside math delimiters: a bare ``\\dfrac{14}{3}`` or ``\\{1,2\\}``
-does not parse).  The math reward calls it after string equality fails (PAPER.md, rewards).
+does not parse).  The math reward calls it after string equality fails (docs/paper.md, "Rewards").
 
 Why a worker process
 --------------------

@@ -11,13 +11,14 @@ import torch
 from trl import GRPOConfig, GRPOTrainer
 from trl.trainer.utils import add_fused_lm_head, entropy_from_logits, selective_log_softmax
 
-from sdpocl.prefill import dropout_free
+from sdpocl.generation.logps import recording_logps
+from sdpocl.generation.prefill import dropout_free
+from sdpocl.generation.prefix import prefix_sharable, shared_prefix_logits
 from sdpocl.train.anchor import AnchorArgs, kl_reference_path
 from sdpocl.train.frozen import check_shards, distributed, load_from_rank0
 from sdpocl.train.fsdp import frozen_copy, use_fp32_reduction
-from sdpocl.train.prefix import prefix_sharable, shared_prefix_logits
 from sdpocl.train.schedule import RolloutScheduleArgs, RolloutScheduleMixin
-from sdpocl.train.shortcuts import GenerationLogps, rows_selectable, select_rows
+from sdpocl.train.shortcuts import rows_selectable, select_rows
 
 
 @dataclass
@@ -49,8 +50,8 @@ class SchedGRPOTrainer(RolloutScheduleMixin, GRPOTrainer):
 
     #: the exact shortcuts of the module docstring; False: TRL's own computation (tests, benchmarks)
     shortcuts = True
-    #: with ``shortcuts``: ``generate`` prefills each distinct prompt once (:mod:`sdpocl.prefill`), and so do
-    #: the training and reference forwards (:mod:`sdpocl.train.prefix`)
+    #: with ``shortcuts``: ``generate`` prefills each distinct prompt once (:mod:`sdpocl.generation.prefill`), and so do
+    #: the training and reference forwards (:mod:`sdpocl.generation.prefix`)
     share_prefixes = True
 
     def _load_reference(self) -> None:
@@ -104,26 +105,10 @@ class SchedGRPOTrainer(RolloutScheduleMixin, GRPOTrainer):
                 prompt_ids, images, multimodal_fields, num_generations, has_tool_images
             )
         model = self.accelerator.unwrap_model(self.model)
-        own = model.__dict__.get("generate")  # an instance attribute already there (another wrapper)
-        generate = model.generate
-        recorder = GenerationLogps(model, self.temperature)
-
-        def generate_recording(*a, **kw):
-            sequences = generate(*a, **kw)
-            self._rollout_logps = recorder.finish(sequences) if isinstance(sequences, torch.Tensor) else None
-            return sequences
-
-        model.generate = generate_recording
-        try:
+        with recording_logps(model, self.temperature, keep=lambda logps: setattr(self, "_rollout_logps", logps)):
             return super()._generate_single_turn(
                 prompt_ids, images, multimodal_fields, num_generations, has_tool_images
             )
-        finally:
-            if own is None:
-                del model.generate
-            else:
-                model.generate = own
-            recorder.handle.remove()
 
     def _get_per_token_logps_and_entropies(
         self, model, input_ids, attention_mask, logits_to_keep, batch_size=None, compute_entropy=False, **kwargs
@@ -164,7 +149,7 @@ class SchedGRPOTrainer(RolloutScheduleMixin, GRPOTrainer):
 
     def prefix_sharing_usable(self, model, rows: int, batch_size, kwargs, logits_to_keep: int = 1) -> bool:
         """The rows of a group share their prompt, and a causal model's outputs at the prompt positions do not
-        depend on the completion (:mod:`sdpocl.train.prefix`, as SDPO's forwards): text only, no MoE aux loss,
+        depend on the completion (:mod:`sdpocl.generation.prefix`, as SDPO's forwards): text only, no MoE aux loss,
         no dropout, the entropies for the metric only (no high-entropy mask, no entropy bonus), the LM head as
         the model computes it (not cast to fp32), one chunk, a model that takes a cache, and completion logits
         small enough to hold (TRL's fused LM head never holds them: a large vocabulary and long completions

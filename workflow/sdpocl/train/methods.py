@@ -1,7 +1,7 @@
 """Method registry: a training method is a name mapped to a TRL trainer family and its settings.
 
 Adding a method means adding an entry here (and a run in the config); no rule changes. Every
-setting that PAPER.md fixes is set explicitly, because TRL's own defaults differ from the paper.
+setting that docs/paper.md fixes is set explicitly, because TRL's own defaults differ from the paper.
 
 Mitigations (issue 14) are run knobs, not methods, so each combines with any method of a family:
 ``distillation_weight`` (hybrid SDPO + GRPO), ``kl_beta`` / ``kl_reference`` (anchor to the stage's
@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass
 
 from sdpocl.data.domains import REPROMPT_TEMPLATE, SOLUTION_TEMPLATE
 
-#: SDPO settings of the official implementation (PAPER.md, "SDPO precisely").
+#: SDPO settings of the official implementation (docs/paper.md, "SDPO precisely").
 SDPO_COMMON = {
     "distillation_weight": 1.0,  # pure distillation: no GRPO term
     "distillation_mode": "topk_logits",
@@ -35,7 +35,7 @@ SDPO_COMMON = {
     "solution_template": SOLUTION_TEMPLATE,
 }
 
-#: GRPO as upstream (PAPER.md, "Question" and "Continual setting"): Dr.GRPO's advantage (reward minus
+#: GRPO as upstream (docs/paper.md, "Question" and "Continual setting"): Dr.GRPO's advantage (reward minus
 #: the group mean, no std scaling), token-mean per sequence (TRL ``loss_type="grpo"``, not TRL's
 #: ``dr_grpo`` normaliser), clip 0.2 / 0.28, no KL; vLLM rollouts corrected token by token, cap 2.
 GRPO_COMMON = {

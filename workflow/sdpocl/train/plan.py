@@ -2,7 +2,7 @@
 
 Every step index the workflow writes (train log rows, summary, collapse step, checkpoint and
 resume names, drift points) is a *rollout* step: one batch of ``prompts_per_step`` prompts x
-``num_generations`` samples. Upstream (PAPER.md, "Continual setting") GRPO splits that batch into
+``num_generations`` samples. Upstream (docs/paper.md, "Continual setting") GRPO splits that batch into
 ``grpo_minibatches`` mini-batches, one optimizer step each, so its clipped ratio acts; SDPO takes
 one optimizer step. Each optimizer step accumulates gradients over micro-batches of
 ``micro_batch_size`` completions per device (upstream 1). TRL counts optimizer steps
@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+
+from sdpocl.generation import model_kwargs
 
 
 @dataclass(frozen=True)
@@ -96,7 +98,9 @@ def trainer_kwargs(settings: dict, output_dir: str, use_cpu: bool, world: int | 
         gradient_checkpointing=settings.get("gradient_checkpointing", False),
         disable_tqdm=True,
         dataloader_num_workers=0,
-        model_init_kwargs={"dtype": "float32"},  # fp32 master weights; bf16 only as autocast
+        # fp32 master weights (bf16 only as autocast); on a CPU the workflow's attention (sdpocl.generation), which
+        # TRL's teacher and reference copies take from the student
+        model_init_kwargs={"dtype": "float32", **model_kwargs(use_cpu)},
         # reduce(-scatter) gradients every micro-batch: under no_sync FSDP2 would hold unsharded bf16
         # gradients of the whole model across the accumulation (and DDP a full replica's)
         accelerator_config={"gradient_accumulation_kwargs": {"sync_each_batch": True}},

@@ -1,7 +1,7 @@
 """The SDPO family: TRL's SDPOTrainer with the checked teacher (built by rank 0 and sharded, never TRL's
 zero-filled copy on ranks > 0), the demonstration budget of the re-prompt, random token masking, the KL
 anchor, the teacher-confidence filter and the exact shortcuts: rows without a demonstration skipped, each
-distinct (re-)prompt forwarded once (:mod:`sdpocl.train.prefix`)."""
+distinct (re-)prompt forwarded once (:mod:`sdpocl.generation.prefix`)."""
 
 from __future__ import annotations
 
@@ -14,11 +14,11 @@ from trl.experimental.sdpo import SDPOConfig, SDPOTrainer
 from trl.experimental.sdpo.sdpo_trainer import SuccessfulRolloutTeacherContextBuilder
 from trl.trainer.utils import get_config_model_id, selective_log_softmax
 
-from sdpocl.prefill import dropout_free
+from sdpocl.generation.prefill import dropout_free
+from sdpocl.generation.prefix import prefix_sharable, shared_prefix_logits
 from sdpocl.train.anchor import AnchorArgs, k3_kl, kl_reference_path
 from sdpocl.train.frozen import distributed
 from sdpocl.train.fsdp import frozen_copy, use_fp32_reduction
-from sdpocl.train.prefix import prefix_sharable, shared_prefix_logits
 from sdpocl.train.schedule import RolloutScheduleArgs, RolloutScheduleMixin
 from sdpocl.train.shortcuts import rows_selectable, select_rows
 
@@ -132,7 +132,7 @@ class MaskedSDPOTrainer(RolloutScheduleMixin, SDPOTrainer):
     #: the exact shortcuts of the module docstring; False: TRL's own computation (tests, benchmarks)
     shortcuts = True
     #: with ``shortcuts``: forward each distinct (re-)prompt once, and prefill it once in ``generate``
-    #: (:mod:`sdpocl.train.prefix`; exact up to float rounding, which Adam's first steps amplify in near-zero
+    #: (:mod:`sdpocl.generation.prefix`; exact up to float rounding, which Adam's first steps amplify in near-zero
     #: gradients, so the row tests compare without it)
     share_prefixes = True
     prefix_forwards = 0  # forwards that shared their prefixes (tests, benchmarks)

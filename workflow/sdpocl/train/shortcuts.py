@@ -1,10 +1,10 @@
-"""Exact shortcuts' helpers (see :mod:`sdpocl.train.trainers`): which batch rows may be dropped, how to
-select them, and the sampling-time log-probs that replace GRPO's second forward."""
+"""Exact shortcuts' helpers (see :mod:`sdpocl.train.trainers`): which batch rows may be dropped and how to
+select them (the sampling-time log-probs that replace GRPO's second forward are
+:mod:`sdpocl.generation.logps`')."""
 
 from __future__ import annotations
 
 import torch
-from torch import nn
 
 #: per-row tensors whose columns are the completion tokens (right-padded)
 COMPLETION_ALIGNED = (
@@ -51,45 +51,3 @@ def select_rows(inputs: dict, rows: torch.Tensor) -> dict:
             if isinstance(out.get(k), torch.Tensor):
                 out[k] = out[k][:, :-cut]
     return out
-
-
-class GenerationLogps:
-    """While ``generate`` samples, the log-probability of each sampled token under log_softmax(logits / T):
-    a forward hook on the model reads the raw last-position logits of every decoding step (before any
-    logits processor) and gathers the token that the next step receives, so one (rows x vocab) matrix is
-    held at a time. :meth:`finish` returns ``(tokens, logps)`` of the generated columns, or None when the
-    hook did not see exactly one forward per generated token."""
-
-    def __init__(self, model: nn.Module, temperature: float):
-        self.temperature = float(temperature)
-        self.prev = None
-        self.tokens, self.logps = [], []
-        self.valid = True
-        self.handle = model.register_forward_hook(self._hook, with_kwargs=True)
-
-    def _hook(self, module, args, kwargs, output):
-        ids = kwargs.get("input_ids", args[0] if args else None)
-        logits = getattr(output, "logits", None)
-        if ids is None or logits is None or logits.dim() != 3:
-            self.valid = False
-            return
-        if self.prev is not None:
-            self._take(ids[:, -1])
-        self.prev = torch.log_softmax(logits[:, -1].float() / self.temperature, dim=-1)
-
-    def _take(self, token: torch.Tensor) -> None:
-        self.tokens.append(token)
-        self.logps.append(self.prev.gather(-1, token[:, None]).squeeze(-1))
-        self.prev = None
-
-    def finish(self, sequences: torch.Tensor):
-        self.handle.remove()
-        if self.prev is not None:
-            self._take(sequences[:, -1])
-        n = len(self.tokens)
-        if not self.valid or n == 0 or n > sequences.size(1):
-            return None
-        tokens = torch.stack(self.tokens, dim=1)
-        if not torch.equal(tokens, sequences[:, -n:]):
-            return None
-        return tokens, torch.stack(self.logps, dim=1)

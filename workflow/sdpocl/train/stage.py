@@ -112,7 +112,7 @@ def build_trainer(
     ``reference`` is the base model's directory, for a KL anchor to the base (``kl_reference="base"``)."""
     import torch
 
-    from sdpocl.prefill import share_generation_prefill
+    from sdpocl.generation import speed_up
     from sdpocl.train.trainers import FAMILIES
 
     use_cpu = not torch.cuda.is_available()
@@ -151,7 +151,7 @@ def build_trainer(
         )
     adapt_engine(trainer, use_cpu)
     if trainer.shortcuts and trainer.share_prefixes:  # rollouts by transformers' generate prefill each prompt once
-        share_generation_prefill(trainer.accelerator.unwrap_model(trainer.model))
+        speed_up(trainer.accelerator.unwrap_model(trainer.model))
     return trainer
 
 
@@ -257,11 +257,11 @@ def train_stage(
     from datasets import Dataset
     from transformers import AutoTokenizer, PrinterCallback
 
-    from sdpocl.cpu_attention import use_workflow_attention
+    from sdpocl.gpu import use_gpu_kernels
     from sdpocl.train.methods import get_method
 
     torch.set_num_threads(threads)
-    use_workflow_attention()
+    use_gpu_kernels()
     out_dir, state_dir, parent = Path(out_dir), Path(state_dir), Path(parent)
     if not (parent / "config.json").exists() or not has_weights(parent):
         raise FileNotFoundError(f"parent model {parent} has no config.json or weights: its stage did not finish")

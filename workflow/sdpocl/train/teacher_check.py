@@ -2,10 +2,10 @@
 
 SDPO pulls the student's token distribution toward the teacher's on the student's own samples,
 where the teacher is the same model re-prompted with a successful sibling sample as the
-demonstration (PAPER.md, "SDPO precisely"). That helps only where the re-prompted teacher is the
+demonstration (docs/paper.md, "SDPO precisely"). That helps only where the re-prompted teacher is the
 better policy. On the tiny preset it is on MATH (the demonstration's answer lets it solve) but
 not on SCIENCE, where the longer re-prompt breaks the small model's copying of the option list:
-SDPO_0 then loses SCIENCE (docs/tiny-preset.md, row 23).
+SDPO_0 then loses SCIENCE (docs/experiments/2026-12-02-row-23-teacher-check.md).
 
 The check samples the student on a domain's prompts, builds the teacher's re-prompt exactly as
 the SDPO stage does (the first *other* successful sample of the group, ``<think>`` stripped
@@ -93,8 +93,8 @@ def check_teacher(
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from sdpocl.cpu_attention import use_workflow_attention
-    from sdpocl.prefill import share_generation_prefill
+    from sdpocl.generation import model_kwargs, speed_up
+    from sdpocl.gpu import use_gpu_kernels
 
     if samples < 2:
         raise ValueError(f"samples must be >= 2 (a demonstration is another sample of the group), got {samples}")
@@ -102,13 +102,13 @@ def check_teacher(
         raise ValueError("no records to check")
     torch.set_num_threads(threads)
     torch.manual_seed(seed)
-    use_workflow_attention()
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device("cuda" if use_gpu_kernels() else "cpu")
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32  # the paper preset's models on a GPU
 
     def load(path):
-        net = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device).eval()
-        share_generation_prefill(net)  # a group's samples share one prefill, as in the rollouts
+        net = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, **model_kwargs(device.type == "cpu"))
+        net = net.to(device).eval()
+        speed_up(net)  # a group's samples share one prefill, as in the rollouts
         return net
 
     tok = AutoTokenizer.from_pretrained(model_dir)

@@ -8,8 +8,8 @@ small mixins, never a fork.
   steps per rollout step (``optimizer_steps_per_rollout``), SDPO one.
 * Teacher re-prompt budget (SDPO): TRL left-truncates a long re-prompt, which cuts the system
   prompt and the question; here the *demonstration* is cut so that the re-prompt fits
-  ``max_reprompt_len`` (PAPER.md, lengths) and the cuts are counted.
-* Random token masking of the distillation loss (PAPER.md, variants): ``token_mask_prob``.
+  ``max_reprompt_len`` (docs/paper.md, "Lengths") and the cuts are counted.
+* Random token masking of the distillation loss (docs/paper.md, "Variants"): ``token_mask_prob``.
 * Mitigations (issue 14), run knobs of :mod:`sdpocl.train.methods`:
 
   - hybrid SDPO + GRPO: TRL's own ``distillation_weight`` blend; nothing to add here;
@@ -26,8 +26,8 @@ small mixins, never a fork.
 
   - GRPO, several optimizer steps per rollout step: TRL's "old" log-probs (a second no-grad forward
     over the whole rollout batch) are the log-softmax of the logits / temperature that ``generate``
-    computed anyway while sampling (:class:`GenerationLogps`: the raw logits of each decoding step,
-    before any sampling processor, which TRL's forward does not apply either);
+    computed anyway while sampling (:class:`sdpocl.generation.logps.GenerationLogps`: the raw logits of each
+    decoding step, before any sampling processor, which TRL's forward does not apply either);
   - GRPO: rows with zero advantage (every sample of a group scored alike) contribute exactly 0 to the
     loss and gradient when ``beta`` is 0 and the loss is ``grpo`` / ``dr_grpo`` (both divide by the
     number of rows); they are left out of the forward/backward and the loss is scaled by kept / all;
@@ -37,17 +37,17 @@ small mixins, never a fork.
     removes tokens, so it keeps the selection exact;
   - both: the rows of a group share their prompt (GRPO's and SDPO's student) or most of their re-prompt
     (SDPO's teacher); each distinct one is forwarded once and its key/value cache indexed out to the rows
-    (:mod:`sdpocl.train.prefix`; ``share_prefixes``), for the trained model, SDPO's teacher and the KL
+    (:mod:`sdpocl.generation.prefix`; ``share_prefixes``), for the trained model, SDPO's teacher and the KL
     reference. GRPO's log-probs and entropies are then computed from those logits as TRL's fused LM head
     computes them (:meth:`SchedGRPOTrainer.prefix_sharing_usable`).
   - both, rollouts by transformers' ``generate``: the prefill runs each distinct prompt once and the rows
-    start from its cache (:func:`sdpocl.prefill.share_generation_prefill`; ``share_prefixes``): the
+    start from its cache (:func:`sdpocl.generation.prefill.share_generation_prefill`; ``share_prefixes``): the
     same sampled tokens.
 
   Each switches itself off where it would not be exact (:meth:`SchedGRPOTrainer.generation_logps_usable`,
   :meth:`SchedGRPOTrainer.zero_advantage_rows_skippable`, :meth:`MaskedSDPOTrainer.distilled_rows`,
-  :meth:`SchedGRPOTrainer.prefix_sharing_usable`, :func:`sdpocl.train.prefix.prefix_sharable`,
-  :func:`sdpocl.prefill.share_generation_prefill`).
+  :meth:`SchedGRPOTrainer.prefix_sharing_usable`, :func:`sdpocl.generation.prefix.prefix_sharable`,
+  :func:`sdpocl.generation.prefill.share_generation_prefill`).
 """
 
 from __future__ import annotations

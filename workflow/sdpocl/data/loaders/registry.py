@@ -29,7 +29,7 @@ Sources (:data:`SOURCES`; split -> where it comes from)::
 
 In-domain evaluation uses ``sciknoweval``/``toolalpaca``/``dolci_code`` ``test`` and AIME.
 
-Prompts follow the paper's public code (``PAPER.md``, "prompts of the public code"); where a
+Prompts follow the paper's public code (``docs/paper.md``, "Prompts of the public code"); where a
 source needs a format the public code does not show, the choice is documented at its converter.
 The converters live in one module per source family (:mod:`.math`, :mod:`.science`,
 :mod:`.tooluse`, :mod:`.code`); this module holds the registry, :mod:`.reader` reads a source's raw

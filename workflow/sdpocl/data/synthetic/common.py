@@ -93,8 +93,9 @@ def render_reasoning(solution: str, style: str = "think") -> str:
 class Difficulty:
     """How hard the synthetic tasks are (config ``data.difficulty``): the knob that sets a base
     model's starting accuracy, so RL has headroom (right in some samples, not reliably). The
-    defaults are the data of docs/tiny-preset.md's rows 7-11 exactly; a base trained long enough to
-    copy from its prompt saturates them (row 10), harder settings give it room again.
+    defaults are the data of the first experiments exactly (docs/experiments/2026-12-01-row-07-balanced-tooluse.md
+    to ...-row-11-sft-700-steps.md); a base trained long enough to copy from its prompt saturates them
+    (docs/experiments/2026-12-01-row-10-sft-1200-steps.md), harder settings give it room again.
 
     ``math_addend_max``: the second addend is drawn from [2, max] (9: one digit; up to 99: two
     two-digit numbers, so the units carry into the tens). ``math_terms``: 2 or 3 addends (the
@@ -110,7 +111,8 @@ class Difficulty:
     ``tooluse_lists``: ``short`` (24 countries, 24 queries, 22 clock times) or ``long`` (with
     ``computed`` only: 48 countries, 56 queries, 44 clock times in two wordings of the day's half, 9
     set-alarm wordings), so every tool has ~75 test requests and the 300-prompt test set holds the tools
-    equally, where ``short`` gives ``convert_currency`` 191 of them (docs/tiny-preset.md row 52).
+    equally, where ``short`` gives ``convert_currency`` 191 of them
+    (docs/experiments/2026-12-06-row-52-tooluse-lists-long.md).
     ``code_addend_max``: the same for the constant of a code
     task (given as "the sum of a and b"). ``reasoning``: the format of the reference solutions the base
     is warmed up on (``think`` or ``visible``, :func:`render_reasoning`); not a task size, so the

@@ -51,8 +51,9 @@ def science_reasoning(opts: Sequence[str], vals: Sequence[int], kind: str, tag: 
     """The reference reasoning of a property question: the table's ``tag`` (with more than one
     property), each option with its letter and value,
     then the extreme one with its letter again, so the answer is a copy of the token after the
-    chosen name. Measured (docs/tiny-preset.md): the tiny base answers at chance with this layout as
-    with names alone (Acc@8 0.27): it finds the right compound but does not copy from its context."""
+    chosen name. Measured (docs/experiments/2026-12-01-row-07-balanced-tooluse.md): the tiny base
+    answers at chance with this layout as with names alone (Acc@8 0.27): it finds the right compound
+    but does not copy from its context."""
     best = max(vals) if kind == "max" else min(vals)
     idx = list(vals).index(best)
     listing = ", ".join(f"{o} {L} {v}" for L, o, v in zip(_LETTERS, opts, vals))

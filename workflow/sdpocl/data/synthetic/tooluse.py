@@ -300,7 +300,8 @@ def _computed_arg_sets(name: str, lists: str = "short") -> Iterator[tuple[dict[s
     arguments the model must compute: look up a capital or a currency code, convert a 12-hour time.
     ``lists: long`` adds :data:`_MORE_CAPITALS`, :data:`_LONG_QUERIES` and :data:`_CLOCK_WORDS`; ``lists: clock``
     adds :data:`_CLOCK_WORDS` only (set_alarm's hours are digits, which a re-prompted teacher reads from a
-    demonstration; the tiny base does not copy a new query or capital: docs/tiny-preset.md row 53)."""
+    demonstration; the tiny base does not copy a new query or capital:
+    docs/experiments/2026-12-06-row-53-copying-probe.md)."""
     long = lists == "long"
     clock_words = lists in _LONG_ALARM_LISTS
     if name == "get_weather":

@@ -1,26 +1,28 @@
-"""Grouped-query attention on a CPU without copying the key/value heads.
+"""Grouped-query attention on a CPU without copying the key/value heads: an attention implementation of its own
+name (:data:`ATTENTION`), registered through transformers' ``AttentionInterface`` (its public extension point)
+and chosen per model (``attn_implementation=ATTENTION`` when a model is loaded); transformers' ``sdpa`` stays
+as it is.
 
 transformers' ``sdpa`` attention repeats a GQA model's key and value heads (``repeat_kv``, a copy of
 the whole KV cache, in every layer at every generated token) whenever an attention mask is given,
 because CUDA's fused kernels take ``enable_gqa`` only without one. Every batch this workflow runs
 is padded, so it always has a mask. torch's CPU kernel takes ``enable_gqa`` with a mask and returns
 the same values (logits and gradients within 1e-5, the same sampled tokens:
-tests/test_cpu_attention.py). ``use_cpu_gqa_attention`` registers an ``sdpa`` that passes it on a
-CPU and leaves every other case (GPU, no mask, no grouping) to transformers' own function. The tiny
+tests/test_cpu_attention.py). :func:`cpu_gqa_sdpa_forward` passes it on a CPU and leaves every other case
+(GPU, no mask, no grouping) to transformers' own ``sdpa`` function; its masks are ``sdpa``'s. The tiny
 preset's generation, most of an evaluation and about half of a rollout step, spends less time per
 token (``python bench/attention_speed.py`` prints the ratio).
-
-On a GPU, ``use_workflow_attention`` also turns off torch's cuDNN attention kernel: on an H200 (torch
-2.11, bf16 autocast, padded batches) it made the tiny preset's weights non-finite within 20-31 rollout
-steps (GRPO and SDPO_0 alike, then a device-side assert in sampling), where the flash, memory-efficient
-and math kernels trained the same stages cleanly (docs/paper-preset.md, "The rehearsal on a GPU").
 """
 
 from __future__ import annotations
 
 import torch
-from transformers import AttentionInterface
+from transformers import AttentionInterface, AttentionMaskInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
+from transformers.masking_utils import sdpa_mask
+
+#: the attention implementation's name (``attn_implementation``)
+ATTENTION = "sdpocl_cpu_gqa"
 
 
 def cpu_gqa_sdpa_forward(
@@ -52,18 +54,9 @@ def cpu_gqa_sdpa_forward(
     return out.transpose(1, 2).contiguous(), None
 
 
-def use_cpu_gqa_attention() -> None:
-    """Make ``sdpa`` (transformers' default attention) the function above, in this process; idempotent."""
-    AttentionInterface.register("sdpa", cpu_gqa_sdpa_forward)
-
-
-def use_workflow_attention() -> None:
-    """The attention every job of the workflow runs with: the CPU function above, and on a GPU every
-    ``scaled_dot_product_attention`` kernel but cuDNN's (see the module's docstring); idempotent."""
-    use_cpu_gqa_attention()
-    torch.backends.cuda.enable_cudnn_sdp(False)
-
-
-def use_stock_sdpa_attention() -> None:
-    """Undo ``use_cpu_gqa_attention`` (tests and the bench compare the two)."""
-    AttentionInterface.register("sdpa", sdpa_attention_forward)
+def register() -> str:
+    """Register :func:`cpu_gqa_sdpa_forward` (with ``sdpa``'s masks) under :data:`ATTENTION`; idempotent.
+    Nothing uses it until a model is loaded with ``attn_implementation=ATTENTION``."""
+    AttentionInterface.register(ATTENTION, cpu_gqa_sdpa_forward)
+    AttentionMaskInterface.register(ATTENTION, sdpa_mask)
+    return ATTENTION

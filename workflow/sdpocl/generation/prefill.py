@@ -1,29 +1,25 @@
-"""Generation that prefills each distinct prompt once.
+"""Generation that prefills each distinct prompt once (replaces ``model.generate`` on one model instance).
 
 A rollout batch holds each prompt ``num_generations`` times and an lm-eval batch each prompt ``samples``
 times, and ``generate``'s first forward (the prefill) runs every copy: on the tiny preset about as many
-positions as the decoding that follows (docs/tiny-preset.md, row 42). :func:`share_generation_prefill`
-makes a model's ``generate`` compute the key/value cache of each distinct prompt once, index it out to
-the rows, and sample from there: the same tokens from the same seed (tests/test_prefill.py). The trainers'
-forwards share prompts the same way (:mod:`sdpocl.train.prefix`). The cache it generates on is a
-:class:`~sdpocl.kv_cache.GrowingCache` (new tokens written into spare room, not concatenated: the same
-tokens again), whether or not the batch had prompts to share; rows that have ended leave it
-(:mod:`sdpocl.finished_rows`), and a sampled token is drawn as ``torch.multinomial`` draws it, vectorised
-(:mod:`sdpocl.multinomial`). Here, not under ``train``: evaluation, training and the teacher check all
-generate.
+positions as the decoding that follows. :func:`share_generation_prefill` makes a model's ``generate`` compute
+the key/value cache of each distinct prompt once, index it out to the rows, and sample from there: the same
+tokens from the same seed (tests/test_prefill.py). The trainers' forwards share prompts the same way
+(:mod:`sdpocl.generation.prefix`). The cache it generates on is a
+:class:`~sdpocl.generation.kv_cache.GrowingCache` (new tokens written into spare room, not concatenated: the
+same tokens again), whether or not the batch had prompts to share; rows that have ended leave it
+(:mod:`sdpocl.generation.finished_rows`). Measured gain: :mod:`sdpocl.generation`.
 """
 
 from __future__ import annotations
 
-import contextlib
 import functools
 
 import torch
 from torch import nn
 
-from sdpocl.finished_rows import generate_dropping_ended_rows
-from sdpocl.kv_cache import GrowingCache
-from sdpocl.multinomial import single_draws
+from sdpocl.generation.finished_rows import generate_dropping_ended_rows
+from sdpocl.generation.kv_cache import GrowingCache
 
 
 def distinct_prefixes(input_ids: torch.Tensor, attention_mask: torch.Tensor, width: int):
@@ -69,12 +65,6 @@ def prefilled_cache(model: nn.Module, input_ids: torch.Tensor, attention_mask: t
     return cache
 
 
-def _shared_prefill_generate(model: nn.Module, generate, grow: bool, drop_ended: bool, vectorised: bool, *a, **kw):
-    # transformers' one-token draws, the same tokens vectorised (sdpocl.multinomial)
-    with single_draws() if vectorised else contextlib.nullcontext():
-        return _prefilled_generate(model, generate, grow, drop_ended, *a, **kw)
-
-
 def _prefilled_generate(model: nn.Module, generate, grow: bool, drop_ended: bool, *args, **kwargs):
     if len(args) == 1 and torch.is_tensor(args[0]) and "input_ids" not in kwargs:
         (kwargs["input_ids"],), args = args, ()  # generate(ids, ...): the prompt ids
@@ -99,25 +89,20 @@ def _prefilled_generate(model: nn.Module, generate, grow: bool, drop_ended: bool
     return generate(**kwargs, past_key_values=cache)
 
 
-def share_generation_prefill(
-    model: nn.Module, grow_cache: bool = True, drop_ended: bool = True, vectorised_draws: bool = True
-) -> bool:
+def share_generation_prefill(model: nn.Module, grow_cache: bool = True, drop_ended: bool = True) -> bool:
     """Make ``model.generate`` prefill each distinct prompt row once (an instance attribute; see the module
     docstring); False, and nothing changed, where that would not be exact: a sharded (FSDP) model, whose
     decoder cannot run outside the root module's forward, or dropout, whose prefill would draw other random
     numbers. ``generate`` keeps its own path for beams, several sequences per row, an explicit cache or
     embeddings (``generate`` runs without gradients either way). ``grow_cache``: generate on a
     :class:`GrowingCache` (the default; False keeps transformers' cache, for the bench). ``drop_ended``: on that
-    cache, rows that have ended leave the batch (:mod:`sdpocl.finished_rows`; False: every row to the end).
-    ``vectorised_draws``: sampled tokens drawn by :mod:`sdpocl.multinomial` (the same tokens; False: torch's
-    own ``multinomial``, for the bench)."""
+    cache, rows that have ended leave the batch (:mod:`sdpocl.generation.finished_rows`; False: every row to
+    the end)."""
     if "generate" in model.__dict__ or not hasattr(model, "base_model") or not dropout_free(model):
         return False
     if _sharded(model):
         return False
-    model.generate = functools.partial(
-        _shared_prefill_generate, model, model.generate, grow_cache, drop_ended, vectorised_draws
-    )
+    model.generate = functools.partial(_prefilled_generate, model, model.generate, grow_cache, drop_ended)
     return True
 
 

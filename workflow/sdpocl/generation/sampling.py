@@ -12,7 +12,7 @@ vocabulary (a sixth of the exponentials' cost) and read at the candidates' token
 token where their distributions agree. A stage's change is paired (the same prompts, the same seed, before
 and after), and these common random numbers are part of its precision: drawn by rank instead (the inverse
 CDF over the sorted top-k), half as many responses matched between a base and its trained model and the
-paired stderr grew ~20% (docs/tiny-preset.md row 57). Random numbers come from torch's global generator
+paired stderr grew ~20%. Random numbers come from torch's global generator
 (seeded by lm-eval): another draw of the same distribution than transformers', reproducibly.
 ``sample_over_top_k`` installs it on a model's ``generate`` as a logits processor that leaves only the drawn
 token, which greedy decoding then takes.
@@ -103,6 +103,6 @@ def _sampling_generate(model: nn.Module, generate, *args, **kwargs):
 
 
 def sample_over_top_k(model: nn.Module) -> None:
-    """Make ``model.generate`` (as it is now, e.g. sdpocl.prefill's) sample with :class:`TopKTopPSampler`
+    """Make ``model.generate`` (as it is now, e.g. sdpocl.generation.prefill's) sample with :class:`TopKTopPSampler`
     whenever it would sample with temperature, top-k and top-p only; everything else as before."""
     model.generate = functools.partial(_sampling_generate, model, model.generate)

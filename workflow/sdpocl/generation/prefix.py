@@ -9,7 +9,8 @@ the rows' gradients into the shared prompt, as the full forward's sum over ident
 and the completion columns run on top. Positions and attention mask are the full forward's (the
 prompt keeps its left padding; positions count from column 0 in both), so the logits are the full
 forward's up to float rounding. On the tiny preset most of a step's forward positions are prompt
-positions (docs/tiny-preset.md, row 41). Generation shares its prefill the same way (:mod:`sdpocl.prefill`).
+positions. Generation shares its prefill the same way (:mod:`sdpocl.generation.prefill`). A plain function
+the trainers call (:mod:`sdpocl.train.grpo`, :mod:`sdpocl.train.sdpo`): it replaces nothing.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from sdpocl.prefill import distinct_prefixes
+from sdpocl.generation.prefill import distinct_prefixes
 
 
 def shared_prefix_logits(

@@ -1,4 +1,5 @@
-"""A key/value cache that writes each new token into spare room instead of concatenating.
+"""A key/value cache that writes each new token into spare room instead of concatenating (transformers' public
+extension point: a ``DynamicCache`` subclass handed to ``generate``; it replaces nothing).
 
 transformers' ``DynamicCache`` appends a generated token by ``torch.cat`` of the whole cache with it, in
 every layer at every token: a copy of all the keys and values so far. On the tiny preset those copies
@@ -7,9 +8,9 @@ were up to a sixth of a rollout batch's generation (128 rows, 60-150 prompt toke
 or a quarter of the length if more) and writes a new token in place; what attention reads is a view of
 the filled part: the same values in the same order. On a CPU torch's attention kernel reads the view as
 it read the copy, so the logits and the sampled tokens are the same (tests/test_kv_cache.py; the default
-preset's checkpoints and scores to the byte, docs/tiny-preset.md row 56; ``python bench/kv_cache_speed.py``
-prints the speed ratio). Generation only: its forwards run without gradients (an in-place write would
-invalidate a view saved for backward).
+preset's checkpoints and scores to the byte; ``python bench/kv_cache_speed.py`` prints the speed ratio).
+Generation only: its forwards run without gradients (an in-place write would invalidate a view saved for
+backward).
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ class GrowingLayer(DynamicLayer):
         return self.keys, self.values
 
     def batch_select_indices(self, indices: torch.Tensor) -> None:
-        """Keep the rows ``indices`` (:mod:`sdpocl.finished_rows`): one copy of the buffers' rows, spare room
+        """Keep the rows ``indices`` (:mod:`sdpocl.generation.finished_rows`): one copy of the buffers' rows, spare room
         included."""
         own = self._keys_view is not None and self.keys is self._keys_view
         if not own:

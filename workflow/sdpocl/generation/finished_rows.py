@@ -1,4 +1,6 @@
-"""Generation that stops computing the rows that have ended.
+"""Generation that stops computing the rows that have ended (wraps one model instance's ``forward`` and its
+``_prepare_special_tokens`` while one ``generate`` runs: the one private transformers method the workflow
+touches, for the gain measured in :mod:`sdpocl.generation`).
 
 ``generate`` runs its whole batch until the last row ends: a row that has sampled an end-of-sequence
 token gets padding from then on, but the decoder still computes it at every step. On the tiny preset a
@@ -7,7 +9,7 @@ runs, :class:`FinishedRows` stands in front of the model's ``forward``: once a q
 computes have ended, it drops them from the key/value cache, gives the decoder only the other rows'
 inputs, and hands ``generate`` logits for the whole batch back (zeros for the dropped rows, whose sampled
 token ``generate`` replaces by padding). The random numbers a step draws do not change (transformers'
-``multinomial`` and :mod:`sdpocl.evaluate.sampling` draw for every row of the batch).
+``multinomial`` and :mod:`sdpocl.generation.sampling` draw for every row of the batch).
 
 A row's logits are the same floats in a batch of >= ``MIN_ROWS`` rows whatever the other rows are, on
 the CPUs this runs on (a matrix product of fewer rows takes another kernel, which rounds differently:
@@ -23,7 +25,7 @@ import functools
 import torch
 from torch import nn
 
-from sdpocl.kv_cache import GrowingCache
+from sdpocl.generation.kv_cache import GrowingCache
 
 #: the fewest rows a decoding step computes once rows are dropped (see the module docstring)
 MIN_ROWS = 16
