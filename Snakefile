@@ -20,21 +20,10 @@ include: "workflow/rules/evaluate.smk"
 include: "workflow/rules/drift.smk"
 include: "workflow/rules/plot.smk"
 include: "workflow/rules/preflight.smk"
+include: "workflow/rules/jobserver.smk"
 
 
 report: "workflow/report/workflow.rst"
-
-
-onstart:
-    start_job_server()
-
-
-onsuccess:
-    stop_job_server()
-
-
-onerror:
-    stop_job_server()
 
 
 rule all:

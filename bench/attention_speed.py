@@ -69,7 +69,7 @@ def generation_cpu_s(model_dir: Path, prompts: list[str], new_tokens: int, repea
 
 def step_seconds(config: dict, results: Path, domain: str, steps: int, repeats: int) -> dict[str, float]:
     settings = stage_settings(config, run_by_name(config, "sdpo_a0_s0"), (domain,))
-    settings.update(steps=steps, save_every=10 * steps)
+    settings = settings.replace(steps=steps, save_every=10 * steps)
     best: dict[str, float] = {}
     for _ in range(repeats):
         for name, implementation in MODES.items():

@@ -98,15 +98,13 @@ def settings_for(method: str, shape: dict) -> dict:
     from sdpocl.config import load_config, run_by_name, stage_settings
 
     cfg = load_config(ROOT / "config" / "paper.yaml")
-    s = stage_settings(cfg, run_by_name(cfg, RUNS[method]), ("math",))
-    s.update(
+    return stage_settings(cfg, run_by_name(cfg, RUNS[method]), ("math",)).replace(
         max_prompt_length=shape["prompt"],
         max_completion_length=shape["response"],
         max_reprompt_length=shape["reprompt"],
         steps=1,
         warmup_steps=0,
     )
-    return s
 
 
 def batch(method: str, shape: dict, vocab: int, device) -> dict:

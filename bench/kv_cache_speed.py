@@ -57,7 +57,7 @@ def patched(mode: str):
 
 def stage_seconds(config: dict, results: Path, run: str, domain: str, steps: int, repeats: int, modes) -> dict:
     settings = stage_settings(config, run_by_name(config, run), (domain,))
-    settings.update(steps=steps, save_every=10 * steps)
+    settings = settings.replace(steps=steps, save_every=10 * steps)
     best: dict[str, float] = {}
     logs: dict[str, list] = {}
     for _ in range(repeats):

@@ -115,7 +115,7 @@ def main() -> None:
 
 def bench_stage(a, config, results, model_dir, model_classes, name, domain, shared) -> dict:
     settings = stage_settings(config, run_by_name(config, name), (domain,))
-    settings.update(steps=a.steps, save_every=10 * a.steps)
+    settings = settings.replace(steps=a.steps, save_every=10 * a.steps)
     with tempfile.TemporaryDirectory() as tmp, PhaseTimer().installed(model_classes) as timer:
         summary = train_stage(
             settings,

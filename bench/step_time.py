@@ -39,9 +39,9 @@ def main() -> None:
     for rep in range(a.repeats):
         for label, (name, precision) in runs.items():
             settings = stage_settings(config, run_by_name(config, name), (a.domain,))
-            settings.update(steps=a.steps, save_every=10 * a.steps)
+            settings = settings.replace(steps=a.steps, save_every=10 * a.steps)
             if precision:
-                settings["mixed_precision"] = precision
+                settings = settings.replace(mixed_precision=precision)
             with tempfile.TemporaryDirectory() as tmp:
                 summary = train_stage(
                     settings,

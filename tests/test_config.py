@@ -10,7 +10,6 @@ from sdpocl.config import (
     coerce_overrides,
     expand_runs,
     load_config,
-    stable_json,
     stage_settings,
     train_size_for,
     validate_config,
@@ -159,19 +158,19 @@ def test_seeds_are_an_axis(smoke_config):
 def test_stage_settings_are_key_order_stable(smoke_config):
     config = validate_config(smoke_config)
     run = expand_runs(config)[1]
-    a = stable_json(stage_settings(config, run, ("math", "science")))
+    a = stage_settings(config, run, ("math", "science")).to_json()
     reordered = dict(reversed(list(smoke_config["train"].items())))
     smoke_config["train"] = reordered
-    b = stable_json(stage_settings(validate_config(smoke_config), run, ("math", "science")))
+    b = stage_settings(validate_config(smoke_config), run, ("math", "science")).to_json()
     assert a == b
 
 
 def test_stage_settings_change_only_for_the_edited_run(smoke_config):
     config = validate_config(smoke_config)
-    before = {r.name: stable_json(stage_settings(config, r, ("math",))) for r in expand_runs(config)}
+    before = {r.name: stage_settings(config, r, ("math",)).to_json() for r in expand_runs(config)}
     smoke_config["runs"][0]["lr"] = 3.0e-4
     config = validate_config(smoke_config)
-    after = {r.name: stable_json(stage_settings(config, r, ("math",))) for r in expand_runs(config)}
+    after = {r.name: stage_settings(config, r, ("math",)).to_json() for r in expand_runs(config)}
     changed = [name for name in before if before[name] != after[name]]
     assert changed == ["grpo_s0"]
 
@@ -181,16 +180,16 @@ def test_reward_limits_reach_only_their_domains_stages(smoke_config):
     config = validate_config(smoke_config)
     assert config["rewards"] == {"code_timeout_s": 1.0, "code_memory_mb": 1024, "math_timeout_s": 5.0}
     run = expand_runs(config)[0]
-    assert stage_settings(config, run, ("math", "science", "tooluse", "code"))["rewards"] == {
+    assert stage_settings(config, run, ("math", "science", "tooluse", "code")).rewards == {
         "code_timeout_s": 1.0,
         "code_memory_mb": 1024,
     }
-    assert stage_settings(config, run, ("math",))["rewards"] == {"math_timeout_s": 5.0}
-    assert stage_settings(config, run, ("math", "science"))["rewards"] == {}
-    before = {d: stable_json(stage_settings(config, run, (d,))) for d in ("math", "science", "code")}
+    assert stage_settings(config, run, ("math",)).rewards == {"math_timeout_s": 5.0}
+    assert stage_settings(config, run, ("math", "science")).rewards == {}
+    before = {d: stage_settings(config, run, (d,)).to_json() for d in ("math", "science", "code")}
     smoke_config["rewards"]["code_memory_mb"] = 2048
     config = validate_config(smoke_config)
-    after = {d: stable_json(stage_settings(config, run, (d,))) for d in ("math", "science", "code")}
+    after = {d: stage_settings(config, run, (d,)).to_json() for d in ("math", "science", "code")}
     assert [d for d in before if before[d] != after[d]] == ["code"]
 
 

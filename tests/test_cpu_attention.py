@@ -172,23 +172,27 @@ def test_every_job_that_runs_a_model_sets_its_device_and_attention(module, funct
 
 
 def test_the_trainers_models_run_the_workflows_attention_on_a_cpu():
+    from types import SimpleNamespace
+
     from sdpocl.train.plan import trainer_kwargs
 
-    settings = {
-        "prompts_per_step": 2,
-        "num_generations": 2,
-        "optimizer_steps_per_rollout": 1,
-        "micro_batch_size": 1,
-        "steps": 1,
-        "warmup_steps": 0,
-        "max_completion_length": 8,
-        "temperature": 1.0,
-        "lr": 1e-5,
-        "weight_decay": 0.0,
-        "max_grad_norm": 1.0,
-        "save_every": 1,
-        "seed": 0,
-    }
+    settings = SimpleNamespace(
+        prompts_per_step=2,
+        num_generations=2,
+        optimizer_steps_per_rollout=1,
+        micro_batch_size=1,
+        steps=1,
+        warmup_steps=0,
+        max_completion_length=8,
+        temperature=1.0,
+        lr=1e-5,
+        weight_decay=0.0,
+        max_grad_norm=1.0,
+        save_every=1,
+        seed=0,
+        mixed_precision="auto",
+        gradient_checkpointing=False,
+    )
     assert trainer_kwargs(settings, "/tmp/x", use_cpu=True, world=1)["model_init_kwargs"] == {
         "dtype": "float32",
         "attn_implementation": ATTENTION,

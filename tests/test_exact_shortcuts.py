@@ -13,10 +13,10 @@ import pytest
 import torch
 
 from sdpocl.config import expand_runs, stage_settings, validate_config
+from sdpocl.config.methods import RunSpec
 from sdpocl.rewards import code as code_rewards
 from sdpocl.train import grpo, sdpo, shortcuts, trainers
 from sdpocl.train.grpo import SchedGRPOTrainer
-from sdpocl.train.methods import RunSpec
 from sdpocl.train.plan import batch_plan
 from sdpocl.train.shortcuts import select_rows
 from sdpocl.train.stage import build_trainer
@@ -29,11 +29,11 @@ def flat_or_parity(completions, flat, **kwargs):
     return [0.0 if f else float(len(c) % 2) for c, f in zip(completions, flat)]
 
 
-def _settings(smoke_config, method: str, **knobs) -> dict:
+def _settings(smoke_config, method: str, **knobs):
     cfg = validate_config(copy.deepcopy(smoke_config))
     run = next(r for r in expand_runs(cfg) if r.method == method and r.alpha in (None, 0.0) and not r.cot)
     s = stage_settings(cfg, RunSpec(**{**run.to_dict(), **knobs}), ("math",))
-    s.update(
+    return s.replace(
         steps=3,
         save_every=100,
         prompts_per_step=4,
@@ -43,7 +43,6 @@ def _settings(smoke_config, method: str, **knobs) -> dict:
         warmup_steps=0,
         lr=3e-3,
     )
-    return s
 
 
 def _train(settings, tiny_standin, out, shortcuts: bool, cls_extra: dict | None = None):
@@ -60,10 +59,10 @@ def _train(settings, tiny_standin, out, shortcuts: bool, cls_extra: dict | None 
             "flat": [i % 2 == 0 for i in range(len(recs))],
         }
     )
-    family = trainers.FAMILIES[settings["family"]]
+    family = trainers.FAMILIES[settings.family]
     trainer_cls = type("Under" + family[1].__name__, (family[1],), {"shortcuts": shortcuts, **(cls_extra or {})})
     saved = dict(trainers.FAMILIES)
-    trainers.FAMILIES[settings["family"]] = (family[0], trainer_cls)
+    trainers.FAMILIES[settings.family] = (family[0], trainer_cls)
     try:
         torch.manual_seed(0)
         trainer = build_trainer(settings, model_dir, data, tok, [flat_or_parity], out)
@@ -193,8 +192,7 @@ def test_generation_logps_equal_trls_forward_also_with_sampling_processors(tiny_
 
     for i, sampler in enumerate(({}, {"top_k": 5, "top_p": 0.9, "repetition_penalty": 1.3, "temperature": 0.7})):
         settings = _settings(smoke_config, "grpo", temperature=sampler.pop("temperature", None))
-        settings.update(steps=1)
-        settings["method_settings"].update(sampler)
+        settings = settings.replace(steps=1, method_settings={**settings.method_settings, **sampler})
         spy = {"_get_per_token_logps_and_entropies": compare}
         trainer, _, _ = _train(settings, tiny_standin, tmp_path / str(i), True, spy)
         assert trainer.generation_config.top_k == sampler.get("top_k", 0) or not sampler
@@ -205,7 +203,7 @@ def test_grpo_shortcuts_switch_off_where_not_exact(tiny_standin, smoke_config, t
     """KL anchor (beta > 0): every row has a KL term, so no row is skipped (the old log-probs still come
     from generate); the run equals TRL's own. The conditions of each shortcut, one by one."""
     settings = _settings(smoke_config, "grpo", kl_beta=0.1)
-    settings.update(steps=3)
+    settings = settings.replace(steps=3)
     original = _train(settings, tiny_standin, tmp_path / "o", shortcuts=False)
     rows = _rows_spy(monkeypatch)
     fast = _train(settings, tiny_standin, tmp_path / "f", shortcuts=True, cls_extra=ROWS_ONLY)
@@ -272,7 +270,7 @@ def test_sdpo_distils_only_demonstrated_rows_exactly(tiny_standin, smoke_config,
     draws the same masks over the whole batch and the confidence filter stays exact; rewards, losses, the
     distilled-token fraction, the filter's kept share and the weights as TRL's own."""
     settings = _settings(smoke_config, "sdpo", **knobs)
-    assert settings["method_settings"]["distillation_weight"] == 1.0
+    assert settings.method_settings["distillation_weight"] == 1.0
     original = _train(settings, tiny_standin, tmp_path / "o", shortcuts=False)
     rows = _rows_spy(monkeypatch)
     fast = _train(settings, tiny_standin, tmp_path / "f", shortcuts=True, cls_extra=ROWS_ONLY)
@@ -291,7 +289,7 @@ def test_sdpo_row_selection_is_off_when_every_row_counts(tiny_standin, smoke_con
     """Hybrid (a policy term over every row) and the KL anchor (a KL term over every row): the unchanged
     path, equal to the original."""
     settings = _settings(smoke_config, "sdpo", **knobs)
-    settings.update(steps=3)
+    settings = settings.replace(steps=3)
     original = _train(settings, tiny_standin, tmp_path / "o", shortcuts=False)
     rows = _rows_spy(monkeypatch)
     fast = _train(settings, tiny_standin, tmp_path / "f", shortcuts=True, cls_extra=ROWS_ONLY)
@@ -305,7 +303,7 @@ def test_sdpo_row_selection_is_off_when_every_row_counts(tiny_standin, smoke_con
 
 def test_sdpo_distilled_rows_conditions(tiny_standin, smoke_config, tmp_path):
     settings = _settings(smoke_config, "sdpo")
-    settings.update(steps=1)
+    settings = settings.replace(steps=1)
     trainer, _, _ = _train(settings, tiny_standin, tmp_path / "t", shortcuts=True)
     batch = {
         "completion_ids": torch.zeros(3, 1, dtype=torch.long),
@@ -331,7 +329,7 @@ def test_sdpo_distilled_rows_conditions(tiny_standin, smoke_config, tmp_path):
 def test_token_masks_are_drawn_over_the_whole_batch(tiny_standin, smoke_config, tmp_path):
     """The keep mask a row gets does not depend on which rows go through the forwards."""
     settings = _settings(smoke_config, "sdpo", mask_prob=0.5)
-    settings.update(steps=1)
+    settings = settings.replace(steps=1)
     trainer, _, _ = _train(settings, tiny_standin, tmp_path / "t", shortcuts=True)
     full = trainer.token_keep((6, 5))
     assert torch.equal(full, trainer.token_keep((6, 5)))

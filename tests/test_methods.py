@@ -2,7 +2,7 @@
 
 import pytest
 
-from sdpocl.train.methods import METHODS, RunSpec, get_method, stable_sdpo_period
+from sdpocl.config.methods import METHODS, RunSpec, get_method, stable_sdpo_period
 from sdpocl.train.trainers import FAMILIES
 
 

@@ -15,10 +15,10 @@ import pytest
 import torch
 import yaml
 
-from sdpocl.config import ConfigError, expand_runs, replay_settings, stable_json, stage_settings, validate_config
+from sdpocl.config import ConfigError, expand_runs, replay_settings, stage_settings, validate_config
+from sdpocl.config.methods import GRPO_COMMON, MITIGATION_DEFAULTS, SDPO_COMMON, RunSpec, get_method
 from sdpocl.data.domains import generate
 from sdpocl.rewards import domain_rewards, make_routed_reward, reward_for
-from sdpocl.train.methods import GRPO_COMMON, MITIGATION_DEFAULTS, SDPO_COMMON, RunSpec, get_method
 from sdpocl.train.replay import mix_replay, replay_count
 from sdpocl.train.stage import build_trainer, stage_dataset, stage_reward, train_stage
 from sdpocl.train.weights import load_tensors
@@ -64,7 +64,7 @@ def parity_reward(completions, **kwargs):
 def _settings(smoke_config, run: RunSpec, chain=("math",), **overrides) -> dict:
     cfg = validate_config(copy.deepcopy(smoke_config))
     s = stage_settings(cfg, run, chain)
-    s.update(
+    fixed = dict(
         steps=1,
         save_every=1,
         prompts_per_step=P,
@@ -75,8 +75,7 @@ def _settings(smoke_config, run: RunSpec, chain=("math",), **overrides) -> dict:
         lr=1e-3,
         collapse_patience=100,
     )
-    s.update(overrides)
-    return s
+    return s.replace(**{**fixed, **overrides})
 
 
 def _trainer(settings, model_dir, recs, out, reference=None, reward=parity_reward):
@@ -253,7 +252,7 @@ def test_kl_reference_is_the_parent_or_the_base(tiny, smoke_config, tmp_path, fa
     for ref_kind, expected in (("parent", moved), ("base", base)):
         run = _first(smoke_config, family, kl_beta=0.1, kl_reference=ref_kind)
         s = _settings(smoke_config, run, chain=("math", "science"))
-        assert str(base) not in stable_json(s)
+        assert str(base) not in s.to_json()
         tr = _trainer(s, moved, recs, tmp_path / ref_kind, reference=base if ref_kind == "base" else None)
         assert tr.args.beta == 0.1 and tr.args.kl_reference == ref_kind
         assert tr.ref_model is not None and _same_weights(tr.ref_model, expected)
@@ -356,10 +355,10 @@ def test_replay_draws_the_stated_fraction_from_earlier_domains_seeded():
 def test_replay_is_stage_settings_only_after_the_first_stage(smoke_config):
     cfg = validate_config(copy.deepcopy(smoke_config))
     run = _first(smoke_config, "sdpo", replay_frac=0.25)
-    assert replay_settings(run, ("math",)) is None and "replay" not in stage_settings(cfg, run, ("math",))
+    assert replay_settings(run, ("math",)) is None and stage_settings(cfg, run, ("math",)).replay is None
     assert replay_settings(run, ("science",)) is None  # a single-domain run has no earlier domain
     s = stage_settings(cfg, run, ("math", "science", "tooluse"))
-    assert s["replay"] == {"frac": 0.25, "domains": ["math", "science"]}
+    assert s.replay == {"frac": 0.25, "domains": ["math", "science"]}
     assert replay_settings(_first(smoke_config, "sdpo"), ("math", "science")) is None
 
 
@@ -394,7 +393,7 @@ def test_stage_dataset_mixes_replay_and_routes_rewards(tiny, smoke_config, tmp_p
     assert columns["domain"].count("science") == 30 and columns["domain"].count("math") == 20
     assert stage_reward(s).__name__ == "routed_reward"
     assert stage_reward(_settings(smoke_config, _first(smoke_config, "sdpo"), chain=("math", "science"))) is not None
-    assert "replay" not in _settings(smoke_config, _first(smoke_config, "sdpo"), chain=("math", "science"))
+    assert _settings(smoke_config, _first(smoke_config, "sdpo"), chain=("math", "science")).replay is None
     with pytest.raises(ValueError, match="--replay-data"):
         stage_dataset(s, files["science"], tok, [])
 
@@ -490,11 +489,11 @@ def test_knobs_at_defaults_stay_out_of_existing_runs_settings(config_file):
         assert run.is_variant == bool(run.cot or run.mask_prob)
         for chain in chains_for(cfg, run):
             s = stage_settings(cfg, run, chain)
-            assert stable_json(s) == stable_json(stage_settings(explicit, run2, chain))
-            assert set(s["run"]) == PRE_KNOB_RUN_FIELDS and "replay" not in s
+            assert s.to_json() == stage_settings(explicit, run2, chain).to_json()
+            assert set(s.run) == PRE_KNOB_RUN_FIELDS and "replay" not in s.to_dict()
             known = (
                 set(GRPO_COMMON)
-                if s["family"] == "grpo"
+                if s.family == "grpo"
                 else set(SDPO_COMMON)
                 | {
                     "remove_thinking_from_demonstration",
@@ -504,8 +503,8 @@ def test_knobs_at_defaults_stay_out_of_existing_runs_settings(config_file):
                     "token_mask_prob",
                 }
             )
-            assert set(s["method_settings"]) == known
-            assert s["method_settings"]["beta"] == 0.0
+            assert set(s.method_settings) == known
+            assert s.method_settings["beta"] == 0.0
 
 
 @pytest.mark.parametrize(
@@ -543,7 +542,7 @@ def test_mitigation_runs_have_distinct_names_labels_and_are_variants():
             {"confidence_threshold": 0.5},
         )
     ]
-    from sdpocl.train.methods import default_run_name
+    from sdpocl.config.methods import default_run_name
 
     names = [default_run_name(r) for r in runs]
     labels = [get_method("sdpo").default_label(r) for r in runs]

@@ -340,14 +340,16 @@ def test_a_train_job_on_a_gpu_sizes_its_engine(monkeypatch, tiny_standin):
 
     monkeypatch.delenv("SDPOCL_VLLM_MEMORY", raising=False)
     monkeypatch.setattr("sdpocl.train.rollouts.vllm_installed", lambda: True)
-    settings = {
-        "family": "sdpo",
-        "method_settings": {},
-        "max_prompt_length": 2048,
-        "max_completion_length": 8192,
-        "prompts_per_step": 32,
-        "num_generations": 8,
-    }
+    from types import SimpleNamespace
+
+    settings = SimpleNamespace(
+        family="sdpo",
+        method_settings={},
+        max_prompt_length=2048,
+        max_completion_length=8192,
+        prompts_per_step=32,
+        num_generations=8,
+    )
     memory = stage_rollout_memory(settings, tiny_standin[0], 4, 80.0)
     assert memory.rank_sequences == 64 and memory.sequence_tokens == 10_240 and memory.kv_tokens > 0
     assert rollout_kwargs(False, settings, memory)["vllm_gpu_memory_utilization"] == memory.fraction > 0.85

@@ -122,7 +122,7 @@ def test_training_and_evaluation_prompts_are_token_identical(standin, tmp_path, 
     fmt = resolve_prompt_format(REHEARSAL)
     assert fmt == {"chat_template": True, "template_kwargs": {"enable_thinking": False}}
     run = expand_runs(REHEARSAL)[0]
-    assert stage_settings(REHEARSAL, run, ("math",))["prompt_format"] == fmt  # what train-stage receives
+    assert stage_settings(REHEARSAL, run, ("math",)).prompt_format == fmt  # what train-stage receives
     eval_settings = {**REHEARSAL["evaluate"], **fmt}  # what evaluate-checkpoint receives (EVAL_SETTINGS)
     records = [rec for _, rec in RECORDS]
     tokenizer = AutoTokenizer.from_pretrained(standin)

@@ -13,7 +13,7 @@ import torch
 from sdpo_reference import reference_loss, rollout_weights
 
 from sdpocl.config import expand_runs, stage_settings, validate_config
-from sdpocl.train.methods import SDPO_ROLLOUT_IS_CAP, RunSpec
+from sdpocl.config.methods import SDPO_ROLLOUT_IS_CAP, RunSpec
 from sdpocl.train.rollouts import rollout_kwargs
 from sdpocl.train.sdpo import rollout_is_weights, sampled_token_logps
 from sdpocl.train.stage import _rollout_is, build_trainer
@@ -27,9 +27,15 @@ def _settings(smoke_config, **knobs) -> dict:
     cfg = validate_config(copy.deepcopy(smoke_config))
     run = next(r for r in expand_runs(cfg) if r.method == "sdpo" and r.alpha == 0.0 and not r.cot)
     s = stage_settings(cfg, RunSpec(**{**run.to_dict(), **knobs}), ("math",))
-    s.update(steps=1, prompts_per_step=4, num_generations=4, max_completion_length=10, warmup_steps=0, lr=1e-3)
-    s["method_settings"] = {**s["method_settings"], "rollout_is_cap": SDPO_ROLLOUT_IS_CAP}
-    return s
+    return s.replace(
+        steps=1,
+        prompts_per_step=4,
+        num_generations=4,
+        max_completion_length=10,
+        warmup_steps=0,
+        lr=1e-3,
+        method_settings={**s.method_settings, "rollout_is_cap": SDPO_ROLLOUT_IS_CAP},
+    )
 
 
 def _batch(settings, tiny_standin, tmp_path):
@@ -112,12 +118,15 @@ def test_vllm_log_probs_line_up_with_the_completions():
 
 
 def test_the_correction_is_set_with_vllm_only_and_recorded(monkeypatch):
-    settings = {"max_prompt_length": 8, "max_completion_length": 8, "family": "sdpo"}
+    from types import SimpleNamespace
+
+    settings = SimpleNamespace(max_prompt_length=8, max_completion_length=8, family="sdpo")
     monkeypatch.delenv("SDPOCL_ROLLOUTS", raising=False)
     assert rollout_kwargs(True, settings) == {}  # transformers' generate on a CPU: weight 1, nothing to set
     monkeypatch.setattr("sdpocl.train.rollouts.vllm_installed", lambda: True)
     assert rollout_kwargs(False, settings)["rollout_is_cap"] == SDPO_ROLLOUT_IS_CAP
-    assert "rollout_is_cap" not in rollout_kwargs(False, {**settings, "family": "grpo"})  # TRL's own for GRPO
+    settings.family = "grpo"
+    assert "rollout_is_cap" not in rollout_kwargs(False, settings)  # TRL's own for GRPO
 
     class Args:
         use_vllm, rollout_is_cap = True, 2.0

@@ -105,7 +105,7 @@ def _train(settings, parent, data, out, state, env=None):
         str(BIN / "sdpocl"),
         "train-stage",
         "--settings",
-        json.dumps(settings),
+        settings.to_json(),
         "--parent",
         str(parent),
         "--data",
@@ -136,7 +136,7 @@ def assert_written_once(state: Path, step: int, n_params: int, ema_teacher: bool
 def test_resume_after_kill_matches_uninterrupted(smoke_results, tmp_path, run_name):
     config = load_config(ROOT / "config/smoke.yaml")
     settings = stage_settings(config, run_by_name(config, run_name), ("math",))
-    settings["steps"], settings["save_every"] = 6, 2
+    settings = settings.replace(steps=6, save_every=2)
     parent, data = smoke_results / "base" / "model", smoke_results / "data" / "math" / "train.jsonl"
 
     full = _train(settings, parent, data, tmp_path / "full", tmp_path / "full_state")
@@ -191,7 +191,7 @@ def test_stale_resume_state_is_discarded(smoke_results, tmp_path):
         settings, parent, data, tmp_path / "out", tmp_path / "state", env={"SDPOCL_KILL_AFTER_CHECKPOINT": "2"}
     )
     assert killed.returncode != 0
-    settings["lr"] = settings["lr"] * 2  # a changed setting must not resume from the old state
+    settings = settings.replace(lr=settings.lr * 2)  # a changed setting must not resume from the old state
     again = _train(settings, parent, data, tmp_path / "out", tmp_path / "state")
     assert again.returncode == 0, again.stderr[-3000:]
     assert "discarding stale resume state" in again.stdout
@@ -202,7 +202,7 @@ def test_diverged_stage_is_recorded_as_collapsed_and_the_chain_goes_on(smoke_res
     config = load_config(ROOT / "config/smoke.yaml")
     settings = stage_settings(config, run_by_name(config, "grpo_s0"), ("math",))
     # decoupled weight decay of lr * wd = 1e4 per step blows the weights up within a few steps
-    settings.update(steps=12, save_every=2, lr=1.0e4, weight_decay=1.0, warmup_steps=0)
+    settings = settings.replace(steps=12, save_every=2, lr=1.0e4, weight_decay=1.0, warmup_steps=0)
     parent, data = smoke_results / "base" / "model", smoke_results / "data"
     bad = _train(settings, parent, data / "math" / "train.jsonl", tmp_path / "math", tmp_path / "s1")
     assert bad.returncode == 0, bad.stderr[-3000:]
@@ -217,7 +217,7 @@ def test_diverged_stage_is_recorded_as_collapsed_and_the_chain_goes_on(smoke_res
         child, tmp_path / "math" / "model", data / "science" / "train.jsonl", tmp_path / "sci", tmp_path / "s2"
     )
     assert nxt.returncode == 0, nxt.stderr[-3000:]
-    assert json.loads((tmp_path / "sci" / "summary.json").read_text())["steps_done"] == child["steps"]
+    assert json.loads((tmp_path / "sci" / "summary.json").read_text())["steps_done"] == child.steps
 
 
 def test_teacher_check_rule_on_the_smoke_grid(smoke_results):

@@ -60,11 +60,16 @@ def test_only_complete_checkpoints_resume(tmp_path):
     assert last_complete_checkpoint(tmp_path / "nothing") is None
 
 
-def test_fingerprint_depends_on_settings_and_parent():
-    a = fingerprint({"lr": 1e-4, "steps": 5}, "/m")
-    assert a == fingerprint({"steps": 5, "lr": 1e-4}, "/m")
-    assert a != fingerprint({"lr": 2e-4, "steps": 5}, "/m")
-    assert a != fingerprint({"lr": 1e-4, "steps": 5}, "/other")
+def test_fingerprint_depends_on_settings_and_parent(smoke_config):
+    from sdpocl.config import expand_runs, stage_settings, validate_config
+    from sdpocl.config.stage import StageSettings
+
+    cfg = validate_config(smoke_config)
+    s = stage_settings(cfg, expand_runs(cfg)[0], ("math",))
+    a = fingerprint(s, "/m")
+    assert a == fingerprint(StageSettings.from_json(s.to_json()), "/m")  # what the CLI parses: the same
+    assert a != fingerprint(s.replace(lr=s.lr * 2), "/m")
+    assert a != fingerprint(s, "/other")
 
 
 def test_multi_gpu_processes_split_the_global_batch(monkeypatch, smoke_config):
@@ -73,10 +78,9 @@ def test_multi_gpu_processes_split_the_global_batch(monkeypatch, smoke_config):
 
     cfg = validate_config(smoke_config)
     runs = {run.method: run for run in expand_runs(cfg)}
-    grpo = stage_settings(cfg, runs["grpo"], ("math",))
-    sdpo = stage_settings(cfg, runs["sdpo"], ("math",))
-    for s in (grpo, sdpo):
-        s.update(prompts_per_step=32, num_generations=8, micro_batch_size=None)
+    batch = dict(prompts_per_step=32, num_generations=8, micro_batch_size=None)
+    grpo = stage_settings(cfg, runs["grpo"], ("math",)).replace(**batch)
+    sdpo = stage_settings(cfg, runs["sdpo"], ("math",)).replace(**batch)
     # GRPO: 4 mini-batches of 8 prompts x 8 = 64 completions; SDPO: the whole 256 in one optimizer step
     assert trainer_kwargs(grpo, "/tmp/x", True)["per_device_train_batch_size"] == 64
     assert trainer_kwargs(sdpo, "/tmp/x", True)["per_device_train_batch_size"] == 256
@@ -91,11 +95,13 @@ def test_multi_gpu_processes_split_the_global_batch(monkeypatch, smoke_config):
 
 
 def test_rollouts_use_vllm_only_on_a_gpu_with_vllm(monkeypatch):
+    from types import SimpleNamespace
+
     import pytest
 
     from sdpocl.train import rollouts
 
-    settings = {"max_prompt_length": 2048, "max_completion_length": 8192}
+    settings = SimpleNamespace(max_prompt_length=2048, max_completion_length=8192, family="grpo")
     assert rollouts.rollout_kwargs(True, settings) == {}
     monkeypatch.setattr(rollouts, "vllm_installed", lambda: False)
     with pytest.raises(rollouts.MissingVLLMError, match=r"pip install -e '\.\[gpu\]'.*SDPOCL_ROLLOUTS=hf"):

@@ -23,7 +23,7 @@ def _settings(smoke_config, method: str, **overrides):
     cfg = validate_config(smoke_config)
     run = next(r for r in expand_runs(cfg) if r.method == method and (r.alpha in (None, 0.0)) and not r.cot)
     s = stage_settings(cfg, run, ("math",))
-    s.update(
+    fixed = dict(
         steps=2,
         save_every=1,
         prompts_per_step=4,
@@ -33,8 +33,7 @@ def _settings(smoke_config, method: str, **overrides):
         warmup_steps=0,
         lr=1e-3,
     )
-    s.update(overrides)
-    return s
+    return s.replace(**{**fixed, **overrides})
 
 
 def _trainer(settings, model_dir, recs, out, callbacks=()):
@@ -77,10 +76,10 @@ def test_optimizer_steps_per_rollout_step(tiny_standin, smoke_config, tmp_path, 
     rec = Recorder()
     trainer = _trainer(settings, model, recs, tmp_path / "out", [rec])
     trainer.train()
-    assert trainer.state.global_step == rec.optimizer_steps == per_rollout * settings["steps"]
-    assert batch_plan(settings).rollout_step(trainer.state.global_step) == settings["steps"]
+    assert trainer.state.global_step == rec.optimizer_steps == per_rollout * settings.steps
+    assert batch_plan(settings).rollout_step(trainer.state.global_step) == settings.steps
     logged = [e for e in trainer.state.log_history if "loss" in e]
-    assert [e["step"] for e in logged] == [per_rollout * (i + 1) for i in range(settings["steps"])]
+    assert [e["step"] for e in logged] == [per_rollout * (i + 1) for i in range(settings.steps)]
 
 
 @pytest.mark.parametrize("method, micro", [("grpo", 1), ("sdpo", 4)])

@@ -57,9 +57,7 @@ LOG_RTOL, LOG_ATOL = 1e-3, 1e-7
 
 
 def settings_of(kind: str) -> dict:
-    s = stage_settings(CONFIG, run_by_name(CONFIG, RUNS[kind]), ("math",))
-    s["steps"] = STEPS
-    return s
+    return stage_settings(CONFIG, run_by_name(CONFIG, RUNS[kind]), ("math",)).replace(steps=STEPS)
 
 
 @pytest.fixture(scope="module")
@@ -121,7 +119,7 @@ def ended(run: dict, ok: bool = True) -> None:
 
 def stage_command(settings: dict, inputs: dict, out: Path, state: Path, processes: int) -> list[str]:
     args = [
-        "train-stage", "--settings", json.dumps(settings), "--parent", str(inputs["model"]),
+        "train-stage", "--settings", settings.to_json(), "--parent", str(inputs["model"]),
         "--data", str(inputs["data"]), "--out", str(out), "--state", str(state), "--threads", "1",
     ]  # fmt: skip
     if processes == 1:
@@ -216,7 +214,7 @@ def assert_stage_written(run: dict, settings: dict, processes: int, first_step: 
     assert structure["processes"] == processes
     assert structure["micro_batch_per_process"] == plan.micro_batch
     assert structure["gradient_accumulation"] == plan.grad_accum
-    tag = f"[{settings['run']['name']} math]"
+    tag = f"[{settings.run['name']} math]"
     assert log.count(f"{tag} done in") == 1  # the writing part ran on one rank
     for step in range(first_step, STEPS + 1):
         assert log.count(f"{tag} step {step}/{STEPS} ") == 1, step

@@ -20,10 +20,10 @@ import torch
 from sdpo_reference import reference_loss
 
 from sdpocl.config import expand_runs, load_config, stage_settings
+from sdpocl.config.methods import SDPO_ROLLOUT_IS_CAP
 from sdpocl.data.domains import generate
 from sdpocl.io import read_jsonl, write_jsonl
 from sdpocl.prompts import training_prompt
-from sdpocl.train.methods import SDPO_ROLLOUT_IS_CAP
 
 pytestmark = pytest.mark.vllm
 
@@ -41,8 +41,7 @@ def settings_for(method: str) -> dict:
     cfg["train"].update(prompts_per_step=4, num_generations=4, save_every=STEPS)
     run = next(r for r in expand_runs(cfg) if r.method == method and not r.is_variant and r.alpha in (None, 0.0))
     s = stage_settings(cfg, run, ("math",))
-    s.update(steps=STEPS, warmup_steps=0, lr=3e-4, max_completion_length=32)
-    return s
+    return s.replace(steps=STEPS, warmup_steps=0, lr=3e-4, max_completion_length=32)
 
 
 def stale_engine(trainer, use_cpu):

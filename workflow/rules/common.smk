@@ -29,7 +29,6 @@ from sdpocl.data.loaders import OOD_BENCHMARKS as PAPER_OOD
 from sdpocl.data.domains import DOMAINS, Difficulty
 from sdpocl.evaluate.limits import canonical_n_prompts
 from sdpocl.evaluate.tasks import DEFAULT_TOP_K
-from sdpocl.jobserver import ENV as JOB_SERVER_ENV
 from sdpocl.priorities import BASE_PRIORITY, DATA_PRIORITY, stage_priority
 from sdpocl.prompts import resolve_prompt_format
 from sdpocl.resources import job_resources  # the GPU-capable rules' resources (GPUs, CPUs, memory)
@@ -131,9 +130,10 @@ wildcard_constraints:
     seed=r"\d+",
 
 
+@functools.cache
 def all_stages():
-    """(run, chain) for every train-stage job of the grid."""
-    return [(name, chain) for name, run in RUNS.items() for chain in chains_for(config, run)]
+    """(run, chain) for every train-stage job of the grid (computed once: the input functions ask for it per job)."""
+    return tuple((name, chain) for name, run in RUNS.items() for chain in chains_for(config, run))
 
 
 def stage_path(run, chain, leaf):
@@ -179,6 +179,7 @@ def eval_model_path(wildcards):
     return stage_path(wildcards.run, wildcards.chain, f"checkpoints/{wildcards.ckpt}")
 
 
+@functools.cache
 def run_identity(name):
     """A run as its evaluations and response drift record it, with the label its settings give it
     (recorded_run): the aggregations apply the config's label (RUN_LABELS), so a new one reruns neither."""
@@ -264,7 +265,7 @@ def train_priority(wildcards):
 
 def train_settings(wildcards):
     """Only wildcards in, so Snakemake tracks it: a changed alpha or lr reruns just this branch."""
-    return stable_json(stage_settings(config, RUNS[wildcards.run], parse_chain(wildcards.chain)))
+    return stage_settings(config, RUNS[wildcards.run], parse_chain(wildcards.chain)).to_json()
 
 
 def train_data(wildcards):
@@ -290,55 +291,3 @@ def mitigation_args(wildcards, input):
     if replay:
         args.append("--replay-data " + " ".join(shlex.quote(str(f)) for f in replay))
     return " ".join(args)
-
-
-# --- the job server (sdpocl.jobserver): local jobs fork from one process with torch imported ---
-
-_JOB_SERVER = {}
-
-
-def start_job_server():
-    """Start `sdpocl job-server` for this invocation's local jobs and point them to it
-    ($SDPOCL_JOB_SERVER); not for cluster execution or a software deployment method (conda,
-    apptainer: their jobs run another Python), nor with `job_server: false`."""
-    import shutil
-    import subprocess
-    import tempfile
-    import time
-
-    exe = shutil.which("sdpocl")
-    if not config.get("job_server", True) or not workflow.local_exec or exe is None:
-        return
-    if workflow.deployment_settings.deployment_method:
-        return
-    sockdir = tempfile.mkdtemp(prefix="sdpocl-")
-    path = os.path.join(sockdir, "jobs.sock")
-    logfile = Path(RESULTS) / "logs" / "job_server.log"
-    logfile.parent.mkdir(parents=True, exist_ok=True)
-    with open(logfile, "w") as log:
-        proc = subprocess.Popen(
-            [exe, "job-server", "--socket", path, "--watch-pid", str(os.getpid())],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-        )
-    deadline = time.time() + 30
-    while not os.path.exists(path) and proc.poll() is None and time.time() < deadline:
-        time.sleep(0.05)
-    if not os.path.exists(path):
-        proc.kill()
-        print(f"sdpocl: the job server did not start (see {logfile}); jobs start their own Python", file=sys.stderr)
-        return
-    os.environ[JOB_SERVER_ENV] = path  # set, not read: the jobs' `sdpocl` finds the server here
-    _JOB_SERVER.update(proc=proc, dir=sockdir)
-
-
-def stop_job_server():
-    import shutil
-
-    os.environ.pop(JOB_SERVER_ENV, None)
-    proc = _JOB_SERVER.pop("proc", None)
-    if proc is not None:
-        proc.terminate()
-        proc.wait(timeout=10)
-        shutil.rmtree(_JOB_SERVER.pop("dir"), ignore_errors=True)

@@ -206,7 +206,7 @@ def cmd_plot_figure(a) -> None:
         print(f"[plot-figure] {path}")
 
 
-def _stage_settings_from_config(a) -> dict:
+def _stage_settings_from_config(a):
     from sdpocl.chain import parse_chain
     from sdpocl.config import load_config, run_by_name, stage_settings
 
@@ -246,8 +246,10 @@ def cmd_train_stage(a) -> None:
             raise SystemExit(code)
         return
 
+    from sdpocl.config.stage import StageSettings
+
     if a.settings:
-        settings = json.loads(a.settings)
+        settings = StageSettings.from_json(a.settings)
     elif a.config and a.run and a.chain:
         settings = _stage_settings_from_config(a)
     else:
@@ -262,7 +264,7 @@ def cmd_train_stage(a) -> None:
         threads=a.threads,
         reference=a.reference,
         replay_data=a.replay_data or [],
-        curves_dir=curves.stage_curves_dir(root, settings["run"]["name"], settings["chain"]) if root else None,
+        curves_dir=curves.stage_curves_dir(root, settings.run["name"], list(settings.chain)) if root else None,
     )
 
 
@@ -307,7 +309,9 @@ def cmd_teacher_check(a) -> None:
         template_kwargs=DEFAULT_TEMPLATE_KWARGS if a.chat_template else None,
     )
     if a.settings:  # a stage's settings (the rule passes them): its group size, lengths and format
-        options = options_from_settings(json.loads(a.settings))
+        from sdpocl.config.stage import StageSettings
+
+        options = options_from_settings(StageSettings.from_json(a.settings))
     records = read_jsonl(a.data)
     if a.n_prompts < len(records):
         records = random.Random(a.seed).sample(records, a.n_prompts)

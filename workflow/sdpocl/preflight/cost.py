@@ -112,8 +112,8 @@ def grid_cost(
 ) -> dict:
     """GPU-hours per rule family and in total for the grid's stages still to train and every evaluation (module
     docstring); ``measured``: :func:`measured_update`."""
+    from sdpocl.config.methods import get_method
     from sdpocl.preflight.disk import grid_stages
-    from sdpocl.train.methods import get_method
 
     a = assumptions
     train = config["train"]

@@ -41,7 +41,7 @@ def grid_disk_estimate(
     * ``base``: ``base_bytes``, a base model still to be downloaded into the results folder.
     """
     from sdpocl.chain import stage_dir
-    from sdpocl.train.methods import get_method
+    from sdpocl.config.methods import get_method
 
     model = SAVED_BYTES_PER_PARAM * n_params
     every = config["train"]["save_every"]

@@ -119,7 +119,7 @@ def grid_shape(config: dict) -> dict:
     """What the grid's largest train job holds: a teacher (any SDPO-family run), a KL reference (any run
     with kl_beta > 0), the longest prompt + response."""
     from sdpocl.config import expand_runs
-    from sdpocl.train.methods import get_method
+    from sdpocl.config.methods import get_method
 
     runs = expand_runs(config)
     train = config["train"]

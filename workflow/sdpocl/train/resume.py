@@ -19,7 +19,7 @@ import os
 import shutil
 from pathlib import Path
 
-from sdpocl.config import stable_json
+from sdpocl.config.stage import StageSettings
 from sdpocl.train.frozen import distributed
 from sdpocl.train.plan import BatchPlan
 from sdpocl.train.weights import load_tensors
@@ -60,8 +60,8 @@ def link_tree(src: Path, dst: Path, files: list[Path] | None = None) -> None:
             shutil.copy2(path, dst / path.name)
 
 
-def fingerprint(settings: dict, parent: str) -> str:
-    return hashlib.sha256((stable_json(settings) + "|" + str(parent)).encode()).hexdigest()[:16]
+def fingerprint(settings: StageSettings, parent: str) -> str:
+    return hashlib.sha256((settings.to_json() + "|" + str(parent)).encode()).hexdigest()[:16]
 
 
 def full_state_dict(model) -> dict:

@@ -17,7 +17,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from sdpocl.train.methods import SDPO_ROLLOUT_IS_CAP
+from sdpocl.config.methods import SDPO_ROLLOUT_IS_CAP
+from sdpocl.config.stage import StageSettings
 
 #: seeds of the colocated engines: run seed x this + the engine's rank (TRL seeds by rank alone)
 SEED_STRIDE = 10_007
@@ -139,21 +140,21 @@ def env_fraction() -> float | None:
     return fraction
 
 
-def stage_rollout_memory(settings: dict, parent: str | Path, world: int, gpu_gib: float) -> RolloutMemory:
+def stage_rollout_memory(settings: StageSettings, parent: str | Path, world: int, gpu_gib: float) -> RolloutMemory:
     """:func:`rollout_memory` of a stage: its model (config.json, safetensors headers), its batch per rank."""
     from sdpocl.train.weights import parameter_count
 
     cfg = json.loads((Path(parent) / "config.json").read_text())
-    beta = float(settings["method_settings"].get("beta", 0.0) or 0.0)
+    beta = float(settings.method_settings.get("beta", 0.0) or 0.0)
     return rollout_memory(
         parameter_count(parent),
         kv_bytes_per_token(cfg),
         gpu_gib,
         world,
-        teacher=settings["family"] == "sdpo",
+        teacher=settings.family == "sdpo",
         reference=beta > 0,
-        sequence_tokens=int(settings["max_prompt_length"]) + int(settings["max_completion_length"]),
-        rank_sequences=int(settings["prompts_per_step"]) * int(settings["num_generations"]) // max(int(world), 1),
+        sequence_tokens=int(settings.max_prompt_length) + int(settings.max_completion_length),
+        rank_sequences=int(settings.prompts_per_step) * int(settings.num_generations) // max(int(world), 1),
         fraction=env_fraction(),
     )
 
@@ -183,7 +184,7 @@ def rollout_engine(use_cpu: bool) -> str:
     return "vllm"
 
 
-def rollout_kwargs(use_cpu: bool, settings: dict, memory: RolloutMemory | None = None) -> dict:
+def rollout_kwargs(use_cpu: bool, settings: StageSettings, memory: RolloutMemory | None = None) -> dict:
     """TRL config fields of the rollout engine. vLLM's context is the prompt + response limit (its default, the
     model's 40,960, reserves KV cache for lengths no rollout reaches); on a GPU its weights sleep between
     rollouts (TRL's sleep mode) so the optimizer step has the memory (vLLM's CPU backend has no sleep mode),
@@ -201,10 +202,10 @@ def rollout_kwargs(use_cpu: bool, settings: dict, memory: RolloutMemory | None =
         "use_vllm": True,
         "vllm_mode": "colocate",
         "vllm_gpu_memory_utilization": memory.fraction if memory is not None else env_fraction() or FALLBACK_FRACTION,
-        "vllm_max_model_length": int(settings["max_prompt_length"]) + int(settings["max_completion_length"]),
+        "vllm_max_model_length": int(settings.max_prompt_length) + int(settings.max_completion_length),
         "vllm_enable_sleep_mode": not use_cpu,
     }
-    if settings.get("family") == "sdpo":
+    if settings.family == "sdpo":
         out["rollout_is_cap"] = SDPO_ROLLOUT_IS_CAP
     return out
 

@@ -19,10 +19,11 @@ import shutil
 import time
 from pathlib import Path
 
+from sdpocl.config.methods import MITIGATION_DEFAULTS
+from sdpocl.config.stage import StageSettings
 from sdpocl.io import read_jsonl, write_json, write_jsonl
 from sdpocl.prompts import training_prompt
 from sdpocl.train.frozen import check_shards, distributed, load_from_rank0, weights_finite
-from sdpocl.train.methods import MITIGATION_DEFAULTS
 from sdpocl.train.plan import BatchPlan, batch_plan, trainer_kwargs
 from sdpocl.train.resume import (
     RESUME,
@@ -60,19 +61,19 @@ def boxed_count(completions, **kwargs) -> list[float]:
     return [float(count(c)) for c in completions]
 
 
-def load_prompts(data: str | Path, settings: dict, tokenizer) -> tuple[list[dict], int]:
+def load_prompts(data: str | Path, settings: StageSettings, tokenizer) -> tuple[list[dict], int]:
     """Training records with the prompt in the stage's format, those longer than
     ``max_prompt_length`` tokens (as the trainer tokenizes them) left out; returns (records, dropped)."""
     records = read_jsonl(data)
     if not records:
         raise ValueError(f"training data {data} is empty")
-    fmt = settings.get("prompt_format", {})
+    fmt = settings.prompt_format
     chat, kwargs = fmt.get("chat_template", False), fmt.get("template_kwargs", {})
     prompts = [training_prompt(r, chat_template=chat) for r in records]
     lengths = prompt_lengths(tokenizer, prompts, chat, kwargs)
-    keep = [i for i, n in enumerate(lengths) if n <= settings["max_prompt_length"]]
+    keep = [i for i, n in enumerate(lengths) if n <= settings.max_prompt_length]
     if not keep:
-        raise ValueError(f"every prompt of {data} is longer than max_prompt_length={settings['max_prompt_length']}")
+        raise ValueError(f"every prompt of {data} is longer than max_prompt_length={settings.max_prompt_length}")
     return [{**records[i], "prompt": prompts[i]} for i in keep], len(records) - len(keep)
 
 
@@ -87,25 +88,25 @@ def prompt_lengths(tokenizer, prompts: list, chat_template: bool, template_kwarg
     return [len(x) for x in ids]
 
 
-def demonstration_budget(settings: dict, tokenizer) -> int | None:
+def demonstration_budget(settings: StageSettings, tokenizer) -> int | None:
     """Tokens a re-prompt's demonstration may take so that the re-prompt fits ``max_reprompt_length``:
     the limit minus the longest allowed prompt and the re-prompt template's own tokens (None: no limit)."""
-    limit = settings.get("max_reprompt_length")
+    limit = settings.max_reprompt_length
     if limit is None:
         return None
-    ms = settings["method_settings"]
+    ms = settings.method_settings
     frame = ms["reprompt_template"].format(
         prompt="", solution=ms["solution_template"].format(successful_previous_attempt=""), feedback=""
     )
     overhead = len(tokenizer(frame, add_special_tokens=False)["input_ids"]) + 4  # + token-boundary slack
-    budget = limit - settings["max_prompt_length"] - overhead
+    budget = limit - settings.max_prompt_length - overhead
     if budget < 1:
         raise ValueError(f"max_reprompt_length {limit} leaves no room for a demonstration")
     return budget
 
 
 def build_trainer(
-    settings: dict, parent, dataset, tokenizer, reward_funcs: list, output_dir, callbacks=(), reference=None
+    settings: StageSettings, parent, dataset, tokenizer, reward_funcs: list, output_dir, callbacks=(), reference=None
 ):
     """The TRL trainer of a stage: its family's config from the stage settings (:mod:`sdpocl.train.plan`
     and the method's settings) and its trainer class; ``output_dir`` receives TRL's checkpoints.
@@ -116,8 +117,8 @@ def build_trainer(
     from sdpocl.train.trainers import FAMILIES
 
     use_cpu = not torch.cuda.is_available()
-    config_cls, trainer_cls = FAMILIES[settings["family"]]
-    kwargs = {**trainer_kwargs(settings, str(output_dir), use_cpu), **settings["method_settings"]}
+    config_cls, trainer_cls = FAMILIES[settings.family]
+    kwargs = {**trainer_kwargs(settings, str(output_dir), use_cpu), **settings.method_settings}
     if kwargs.get("kl_reference") == "base" and kwargs.get("beta", 0) > 0:
         if reference is None:
             raise ValueError(
@@ -125,12 +126,12 @@ def build_trainer(
             )
         kwargs["kl_reference_model"] = str(reference)
     kwargs["reward_weights"] = [1.0] + [0.0] * (len(reward_funcs) - 1)  # the first scores; the rest only log
-    kwargs["chat_template_kwargs"] = settings.get("prompt_format", {}).get("template_kwargs") or None
-    if settings["family"] == "sdpo":
-        kwargs["max_prompt_length"] = settings["max_prompt_length"]  # never cuts: longer prompts were left out
+    kwargs["chat_template_kwargs"] = settings.prompt_format.get("template_kwargs") or None
+    if settings.family == "sdpo":
+        kwargs["max_prompt_length"] = settings.max_prompt_length  # never cuts: longer prompts were left out
         kwargs["demonstration_max_tokens"] = demonstration_budget(settings, tokenizer)
-        kwargs["max_reprompt_len"] = settings.get("max_reprompt_length") or (
-            settings["max_prompt_length"] + settings["max_completion_length"] + 64
+        kwargs["max_reprompt_len"] = settings.max_reprompt_length or (
+            settings.max_prompt_length + settings.max_completion_length + 64
         )
     memory = None
     if not use_cpu and rollout_engine(use_cpu) == "vllm":
@@ -140,7 +141,7 @@ def build_trainer(
         if int(os.environ.get("RANK", "0")) == 0:
             print(f"[rollouts] {memory.line()}", flush=True)
     kwargs.update(rollout_kwargs(use_cpu, settings, memory))
-    with seeded_vllm(settings["seed"], use_cpu):
+    with seeded_vllm(settings.seed, use_cpu):
         trainer = trainer_cls(
             model=str(parent),
             reward_funcs=reward_funcs,
@@ -155,15 +156,15 @@ def build_trainer(
     return trainer
 
 
-def stage_dataset(settings: dict, data, tokenizer, replay_data=()) -> tuple[dict, int, dict | None]:
+def stage_dataset(settings: StageSettings, data, tokenizer, replay_data=()) -> tuple[dict, int, dict | None]:
     """The stage's training columns (``prompt``, ``answer``, ``tests``, ``domain``), the number of
     prompts left out as too long, and the replay summary (None without replay): with
-    ``settings["replay"]``, ``replay_data`` are the earlier domains' training files, in its order."""
+    ``settings.replay``, ``replay_data`` are the earlier domains' training files, in its order."""
     from sdpocl.train.replay import mix_replay
 
     records, dropped = load_prompts(data, settings, tokenizer)
-    records = [{**r, "domain": r.get("domain") or settings["domain"]} for r in records]
-    replay = settings.get("replay")
+    records = [{**r, "domain": r.get("domain") or settings.domain} for r in records]
+    replay = settings.replay
     summary = None
     if replay:
         if len(replay_data) != len(replay["domains"]):
@@ -175,7 +176,7 @@ def stage_dataset(settings: dict, data, tokenizer, replay_data=()) -> tuple[dict
         for domain, path in zip(replay["domains"], replay_data):
             pool, _ = load_prompts(path, settings, tokenizer)
             pools[domain] = [{**r, "domain": r.get("domain") or domain} for r in pool]
-        records, summary = mix_replay(records, pools, replay["frac"], settings["seed"], settings["chain"])
+        records, summary = mix_replay(records, pools, replay["frac"], settings.seed, settings.chain)
     columns = {
         "prompt": [r["prompt"] for r in records],
         "answer": [r.get("answer", "") for r in records],
@@ -185,20 +186,20 @@ def stage_dataset(settings: dict, data, tokenizer, replay_data=()) -> tuple[dict
     return columns, dropped, summary
 
 
-def stage_reward(settings: dict):
+def stage_reward(settings: StageSettings):
     """The scoring reward of a stage: its domain's, or (with replay) one routed by the ``domain`` column."""
     from sdpocl.rewards import domain_rewards, make_routed_reward
 
-    funcs = domain_rewards(settings.get("rewards"))
-    return make_routed_reward(funcs) if settings.get("replay") else funcs[settings["domain"]]
+    funcs = domain_rewards(settings.rewards)
+    return make_routed_reward(funcs) if settings.replay else funcs[settings.domain]
 
 
-def objective(settings: dict, args, plan: BatchPlan, replay: dict | None) -> dict:
+def objective(settings: StageSettings, args, plan: BatchPlan, replay: dict | None) -> dict:
     """What a stage's loss is, with the mitigations that are on (for ``resolved_config.json``)."""
-    ms = settings["method_settings"]
+    ms = settings.method_settings
     beta = float(getattr(args, "beta", 0.0) or 0.0)
-    out: dict = {"mitigations": {k: v for k, v in settings["run"].items() if k in MITIGATION_KEYS}}
-    if settings["family"] == "sdpo":
+    out: dict = {"mitigations": {k: v for k, v in settings.run.items() if k in MITIGATION_KEYS}}
+    if settings.family == "sdpo":
         w = float(args.distillation_weight)
         out["loss"] = "(1 - w) * policy_loss + w * distillation_loss" + (" + beta * kl" if beta else "")
         out["distillation_weight"] = w
@@ -228,17 +229,17 @@ def objective(settings: dict, args, plan: BatchPlan, replay: dict | None) -> dic
             "mean over the batch; logged as kl",
             "implementation": (
                 "TRL GRPOTrainer beta" + (" (reference weights replaced by the base model's)" if ref == "base" else "")
-                if settings["family"] == "grpo"
+                if settings.family == "grpo"
                 else "sdpocl MaskedSDPOTrainer (TRL's SDPOConfig.beta adds no KL term)"
             ),
         }
     if replay:
-        out["replay"] = {**replay, "domains": settings["replay"]["domains"], "reward": "routed by the domain column"}
+        out["replay"] = {**replay, "domains": settings.replay["domains"], "reward": "routed by the domain column"}
     return out
 
 
 def train_stage(
-    settings: dict,
+    settings: StageSettings,
     parent: str | Path,
     data: str | Path,
     out_dir: str | Path,
@@ -257,15 +258,15 @@ def train_stage(
     from datasets import Dataset
     from transformers import AutoTokenizer, PrinterCallback
 
+    from sdpocl.config.methods import get_method
     from sdpocl.gpu import use_gpu_kernels
-    from sdpocl.train.methods import get_method
 
     torch.set_num_threads(threads)
     use_gpu_kernels()
     out_dir, state_dir, parent = Path(out_dir), Path(state_dir), Path(parent)
     if not (parent / "config.json").exists() or not has_weights(parent):
         raise FileNotFoundError(f"parent model {parent} has no config.json or weights: its stage did not finish")
-    tag = f"{settings['run']['name']} {'/'.join(settings['chain'])}"
+    tag = f"{settings.run['name']} {'/'.join(settings.chain)}"
     t0 = time.time()
 
     # Resume state is valid only for exactly these settings, this parent (and reference, replay files).
@@ -277,20 +278,19 @@ def train_stage(
     tokenizer = AutoTokenizer.from_pretrained(parent)
     columns, dropped, replay = stage_dataset(settings, data, tokenizer, replay_data)
     n_own = len(columns["prompt"]) - (replay["replayed_prompts"] if replay else 0)
-    if n_own < settings["prompts_per_step"]:
+    if n_own < settings.prompts_per_step:
         raise ValueError(
             f"training data {data} has {n_own} usable prompts, fewer than the "
-            f"{settings['prompts_per_step']} prompts of one rollout step (train.prompts_per_step)"
+            f"{settings.prompts_per_step} prompts of one rollout step (train.prompts_per_step)"
         )
     if dropped:
         print(
-            f"[{tag}] {dropped} of {dropped + n_own} prompts longer than "
-            f"{settings['max_prompt_length']} tokens left out",
+            f"[{tag}] {dropped} of {dropped + n_own} prompts longer than {settings.max_prompt_length} tokens left out",
             flush=True,
         )
     if replay:
         print(
-            f"[{tag}] replay: {replay['replayed_prompts']} prompts of {', '.join(settings['replay']['domains'])} "
+            f"[{tag}] replay: {replay['replayed_prompts']} prompts of {', '.join(settings.replay['domains'])} "
             f"added to {replay['current_prompts']} ({replay['replayed_share']:.3f} of the pool)",
             flush=True,
         )
@@ -298,7 +298,7 @@ def train_stage(
 
     plan = batch_plan(settings)
     reward = stage_reward(settings)
-    progress = progress_callback(tag, plan, settings["collapse_patience"], settings["stop_on_collapse"])
+    progress = progress_callback(tag, plan, settings.collapse_patience, settings.stop_on_collapse)
     resume_state = resume_state_callback(plan, state_dir, tokenizer)
     callbacks = [progress, resume_state]
     if curves_dir is not None:
@@ -318,9 +318,9 @@ def train_stage(
         reference=reference,
     )
     args, trainer_cls = trainer.args, type(trainer)
-    method = get_method(settings["run"]["method"])
+    method = get_method(settings.run["method"])
     trainer.remove_callback(PrinterCallback)  # Progress prints one readable line per step instead
-    if settings["method_settings"].get("teacher_model_kind") == "ema":
+    if settings.method_settings.get("teacher_model_kind") == "ema":
         # An EMA / restart-and-freeze teacher is state of its own: it is checkpointed and restored.
         # (A frozen teacher is rebuilt from the parent, which is what it is.)
         resume_state.teacher = trainer.teacher_model
@@ -333,8 +333,8 @@ def train_stage(
             if distributed():
                 check_shards(resume_state.teacher, saved, "SDPO teacher (resumed)")
     print(
-        f"[{tag}] {method.name} ({settings['family']}): {settings['steps']} rollout steps x "
-        f"{settings['prompts_per_step']} prompts x {settings['num_generations']} samples; {plan.optimizer_steps} "
+        f"[{tag}] {method.name} ({settings.family}): {settings.steps} rollout steps x "
+        f"{settings.prompts_per_step} prompts x {settings.num_generations} samples; {plan.optimizer_steps} "
         f"optimizer step(s) per rollout step, micro-batch {plan.micro_batch} x {plan.grad_accum} accumulated "
         f"x {plan.world} process(es)",
         flush=True,
@@ -376,7 +376,7 @@ def train_stage(
 
     log = step_log(trainer.state.log_history, plan)
     write_jsonl(out_dir / "train_log.jsonl", log)
-    summary = summarize(log, settings["steps"], settings["collapse_patience"])
+    summary = summarize(log, settings.steps, settings.collapse_patience)
     if diverged and not summary["collapsed"]:
         step = plan.rollout_step(trainer.state.global_step) + 1
         summary.update(collapsed=True, collapse_step=step, collapse_reason=diverged)
@@ -391,23 +391,23 @@ def train_stage(
     write_json(out_dir / "summary.json", summary)
     resolved = {
         "method": method.name,
-        "family": settings["family"],
+        "family": settings.family,
         "trainer": f"{trainer_cls.__module__}.{trainer_cls.__name__}",
-        "stage_settings": settings,
+        "stage_settings": settings.to_dict(),
         "parent_model": str(parent),
         "train_data": str(data),
         "update_structure": {
-            "rollout_steps": settings["steps"],
+            "rollout_steps": settings.steps,
             "completions_per_rollout_step": plan.completions,
             "optimizer_steps_per_rollout_step": plan.optimizer_steps,
             "micro_batch_per_process": plan.micro_batch,
             "gradient_accumulation": plan.grad_accum,
             "processes": plan.world,
-            "lr_schedule": f"linear warm-up over {settings['warmup_steps']} rollout steps, then constant",
+            "lr_schedule": f"linear warm-up over {settings.warmup_steps} rollout steps, then constant",
             "precision": "bf16 autocast, fp32 master weights" if args.bf16 else "fp32",
         },
         "objective": objective(settings, args, plan, replay),
-        "rollout_importance_sampling": _rollout_is(settings["family"], args),
+        "rollout_importance_sampling": _rollout_is(settings.family, args),
         "trainer_config": json.loads(args.to_json_string()),
         "versions": _versions(),
     }

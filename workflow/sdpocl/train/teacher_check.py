@@ -29,20 +29,21 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from sdpocl.config.stage import StageSettings
 from sdpocl.data.domains import teacher_prompt
 from sdpocl.prompts import messages, plain_text
 from sdpocl.rewards import make_reward
 
 
-def options_from_settings(settings: dict) -> dict[str, Any]:
+def options_from_settings(settings: StageSettings) -> dict[str, Any]:
     """:func:`check_teacher`'s options from a stage's settings (``sdpocl.config.stage_settings``):
     its group size, completion length, rollout temperature, demonstration and prompt format."""
-    fmt = settings.get("prompt_format") or {}
-    method = settings.get("method_settings") or {}
+    fmt = settings.prompt_format or {}
+    method = settings.method_settings or {}
     return dict(
-        samples=settings["num_generations"],
-        max_new_tokens=settings["max_completion_length"],
-        temperature=settings["temperature"],
+        samples=settings.num_generations,
+        max_new_tokens=settings.max_completion_length,
+        temperature=settings.temperature,
         keep_thinking=not method.get("remove_thinking_from_demonstration", True),
         success_threshold=method.get("success_reward_threshold", 0.5),
         chat_template=bool(fmt.get("chat_template")),

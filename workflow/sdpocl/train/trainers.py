@@ -10,7 +10,7 @@ small mixins, never a fork.
   prompt and the question; here the *demonstration* is cut so that the re-prompt fits
   ``max_reprompt_len`` (docs/paper.md, "Lengths") and the cuts are counted.
 * Random token masking of the distillation loss (docs/paper.md, "Variants"): ``token_mask_prob``.
-* Mitigations (issue 14), run knobs of :mod:`sdpocl.train.methods`:
+* Mitigations (issue 14), run knobs of :mod:`sdpocl.config.methods`:
 
   - hybrid SDPO + GRPO: TRL's own ``distillation_weight`` blend; nothing to add here;
   - KL anchor (``beta`` > 0, ``kl_reference`` parent | base): GRPO uses TRL's KL term, whose

@@ -9,15 +9,12 @@ from __future__ import annotations
 
 import copy
 import functools
-import json
 import re
 from pathlib import Path
-from typing import Any
 
 import yaml
 
-from sdpocl.prompts import resolve_prompt_format
-from sdpocl.train.methods import (
+from sdpocl.config.methods import (
     METHODS,
     MITIGATION_DEFAULTS,
     SDPO_ONLY_KNOBS,
@@ -26,8 +23,10 @@ from sdpocl.train.methods import (
     get_method,
     stable_sdpo_period,
 )
+from sdpocl.config.stage import StageSettings, stable_json  # noqa: F401 - stable_json: re-exported
+from sdpocl.prompts import resolve_prompt_format
 
-SCHEMA_PATH = Path(__file__).resolve().parents[1] / "schemas" / "config.schema.yaml"
+SCHEMA_PATH = Path(__file__).resolve().parents[2] / "schemas" / "config.schema.yaml"
 
 
 class ConfigError(ValueError):
@@ -303,7 +302,7 @@ def replay_settings(run: RunSpec, chain: tuple[str, ...]) -> dict | None:
     return {"frac": float(run.replay_frac), "domains": list(chain[:-1])}
 
 
-def stage_settings(config: dict, run: RunSpec, chain: tuple[str, ...]) -> dict:
+def stage_settings(config: dict, run: RunSpec, chain: tuple[str, ...]) -> StageSettings:
     """Everything that determines a stage's result (and nothing else), for params tracking and the trainer.
 
     Mitigation knobs at their default values appear nowhere here (``RunSpec.to_dict``, the method's
@@ -311,47 +310,40 @@ def stage_settings(config: dict, run: RunSpec, chain: tuple[str, ...]) -> dict:
     domain = chain[-1]
     train = config["train"]
     method = get_method(run.method)
-    out = {
-        "run": recorded_run(run),
-        "chain": list(chain),
-        "domain": domain,
-        "method_settings": method.settings(run),
-        "family": method.family,
-        "steps": train["steps"][domain],
-        "save_every": train["save_every"],
-        "prompts_per_step": train["prompts_per_step"],
-        "num_generations": train["num_generations"],
-        "max_completion_length": train["max_completion_length"].get(domain, 48),
-        "max_prompt_length": train["max_prompt_length"],
-        "max_reprompt_length": train["max_reprompt_length"],
-        "optimizer_steps_per_rollout": train["grpo_minibatches"] if method.family == "grpo" else 1,
-        "micro_batch_size": train["micro_batch_size"],
-        "gradient_checkpointing": train["gradient_checkpointing"],
-        "mixed_precision": train["mixed_precision"],
-        "prompt_format": resolve_prompt_format(config),
-        "temperature": run.temperature if run.temperature is not None else train["temperature"],
-        "lr": run.lr if run.lr is not None else train["lr"],
-        "weight_decay": train["weight_decay"],
-        "max_grad_norm": train["max_grad_norm"],
-        "warmup_steps": train["warmup_steps"],
-        "rewards": reward_settings(config, [domain]),
-        "collapse_patience": train["collapse_patience"],
-        "stop_on_collapse": train["stop_on_collapse"],
-        "seed": run.seed,
-    }
     replay = replay_settings(run, chain)
-    if replay is not None:
-        out["replay"] = replay
-        out["rewards"] = reward_settings(config, [domain, *replay["domains"]])  # replayed prompts score too
-    return out
+    return StageSettings(
+        run=recorded_run(run),
+        chain=tuple(chain),
+        domain=domain,
+        method_settings=method.settings(run),
+        family=method.family,
+        steps=train["steps"][domain],
+        save_every=train["save_every"],
+        prompts_per_step=train["prompts_per_step"],
+        num_generations=train["num_generations"],
+        max_completion_length=train["max_completion_length"].get(domain, 48),
+        max_prompt_length=train["max_prompt_length"],
+        max_reprompt_length=train["max_reprompt_length"],
+        optimizer_steps_per_rollout=train["grpo_minibatches"] if method.family == "grpo" else 1,
+        micro_batch_size=train["micro_batch_size"],
+        gradient_checkpointing=train["gradient_checkpointing"],
+        mixed_precision=train["mixed_precision"],
+        prompt_format=resolve_prompt_format(config),
+        temperature=run.temperature if run.temperature is not None else train["temperature"],
+        lr=run.lr if run.lr is not None else train["lr"],
+        weight_decay=train["weight_decay"],
+        max_grad_norm=train["max_grad_norm"],
+        warmup_steps=train["warmup_steps"],
+        # replayed prompts score too
+        rewards=reward_settings(config, [domain, *(replay["domains"] if replay else [])]),
+        collapse_patience=train["collapse_patience"],
+        stop_on_collapse=train["stop_on_collapse"],
+        seed=run.seed,
+        replay=replay,
+    )
 
 
 def train_size_for(config: dict, domain: str) -> int:
     """How many training prompts ``domain`` gets: ``data.train_size``, one number or one per domain."""
     size = config["data"]["train_size"]
     return size[domain] if isinstance(size, dict) else size
-
-
-def stable_json(obj: Any) -> str:
-    """Serialise with sorted keys so that key order in the YAML never triggers a rerun."""
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"))

@@ -13,7 +13,7 @@ and of the method's settings, so that adding a knob never changes an existing ru
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, fields
 
 from sdpocl.data.domains import REPROMPT_TEMPLATE, SOLUTION_TEMPLATE
 
@@ -103,7 +103,7 @@ class RunSpec:
 
     def to_dict(self) -> dict:
         """Every field, except mitigation knobs at their default values (see the module docstring)."""
-        out = asdict(self)
+        out = {f.name: getattr(self, f.name) for f in fields(self)}  # flat values: no deep copy (asdict's)
         for key, default in MITIGATION_DEFAULTS.items():
             if out[key] == default:
                 del out[key]
