@@ -54,9 +54,9 @@ LAYERS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "drift": (("sdpocl.drift",), ("base", "plot", "data", "train", "evaluate")),
     # the pre-grid checks
     "preflight": (("sdpocl.preflight",), ("base", "data", "config", "train", "evaluate")),
-    # the command table and the subcommands' handlers
+    # the commands: each stage's arguments and handlers, and the table of them all
     "commands": (
-        ("sdpocl.commands", "sdpocl.subcommands"),
+        ("sdpocl.commands",),
         ("base", "plot", "data", "config", "train", "evaluate", "drift", "preflight"),
     ),
     # the job server: runs the table's commands in forked children
@@ -74,7 +74,6 @@ ABOVE_FOUNDATIONS = (
     "sdpocl.drift",
     "sdpocl.preflight",
     "sdpocl.commands",
-    "sdpocl.subcommands",
     "sdpocl.jobserver",
     "sdpocl.cli",
 )

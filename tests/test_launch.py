@@ -84,7 +84,7 @@ def test_two_launches_get_different_ports(tmp_path):
 
 
 def test_single_gpu_and_cpu_jobs_are_not_relaunched(monkeypatch):
-    from sdpocl import subcommands as cli
+    from sdpocl.commands import train as cli
 
     monkeypatch.setattr("torch.cuda.device_count", lambda: 1)
     assert cli._relaunch_on_gpus(["train-stage"]) is None

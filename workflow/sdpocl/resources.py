@@ -23,7 +23,7 @@ CPUS_PER_GPU = 8
 MEM_MB_PER_GPU = 48000
 
 #: how each GPU-capable rule's GPU count follows from the config (:func:`gpus_by_kind`): "train" =
-#: train.gpus_per_job (train_stage runs one FSDP rank per GPU it sees, sdpocl.subcommands._relaunch_on_gpus),
+#: train.gpus_per_job (train_stage runs one FSDP rank per GPU it sees, sdpocl.commands.train._relaunch_on_gpus),
 #: "evaluate" = evaluate.gpus_per_job, "single" = one GPU when train jobs have GPUs (one process on one device)
 RULE_GPUS = {
     "train_stage": "train",

@@ -1,4 +1,4 @@
-"""Run every check in order: ``sdpocl preflight`` (:mod:`sdpocl.subcommands`) and the rule ``preflight``
+"""Run every check in order: ``sdpocl preflight`` (:mod:`sdpocl.commands.grid`) and the rule ``preflight``
 (workflow/rules/preflight.smk)."""
 
 from __future__ import annotations
